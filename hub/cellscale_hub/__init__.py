@@ -1,0 +1,1 @@
+"""cellscale's control plane: a JupyterHub-managed service that owns every job."""

@@ -1,0 +1,3 @@
+from cellscale_hub.app import main
+
+main()

@@ -1,0 +1,66 @@
+"""What the handlers share: the store, the controller, the drivers, tenancy and identity."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import Depends, HTTPException, Request
+
+from cellscale_hub.auth import Identity, Principal, Unauthenticated
+from cellscale_hub.controller import Controller
+from cellscale_hub.drivers import Driver
+from cellscale_hub.store import Store
+from cellscale_hub.tenancy import Tenancy
+
+OAUTH_COOKIE = "cellscale-oauth"
+
+
+@dataclass
+class Context:
+    store: Store
+    controller: Controller
+    drivers: dict[str, Driver]
+    tenancy: Tenancy
+    identity: Identity
+    jobs_root: Path
+    bundles_root: Path
+    prefix: str
+    hub_oauth: object | None = None
+
+    def new_job_id(self) -> str:
+        return "cs-" + secrets.token_hex(6)
+
+
+def context(request: Request) -> Context:
+    return request.app.state.ctx
+
+
+def presented_token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() in ("token", "bearer") and value:
+        return value.strip()
+    return request.cookies.get(OAUTH_COOKIE)
+
+
+def principal(request: Request, ctx: Context = Depends(context)) -> Principal:
+    token = presented_token(request)
+    if not token:
+        raise HTTPException(401, "authentication required: send a JupyterHub API token (Authorization: token ...)")
+    try:
+        who = ctx.identity.principal(token)
+    except Unauthenticated as exc:
+        raise HTTPException(401, str(exc)) from exc
+    return Principal(user=who.user, groups=who.groups, scopes=who.scopes, admin=who.admin,
+                     tenants=tuple(ctx.tenancy.tenants_of(list(who.groups))))
+
+
+def require(scope: str):
+    def check(who: Principal = Depends(principal)) -> Principal:
+        if not who.can(scope):
+            raise HTTPException(403, f"your token lacks the {scope} scope")
+        return who
+
+    return check

@@ -1,0 +1,210 @@
+"""Routes. Authorization rule: a user sees their tenants' jobs and changes only their own
+(hub admins see and change all); any other job is reported as not found."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+
+from cellscale.spec import (
+    MAX_INPUTS_BYTES, BackendView, BundleRef, EventView, JobPage, JobView, LogChunk, Phase, RenderView,
+    SubmitRequest, WhoAmI,
+)
+from cellscale_hub.api import logs, oauth
+from cellscale_hub.api.context import Context, context, require
+from cellscale_hub.auth import SCOPE_READ, SCOPE_SUBMIT, Principal
+from cellscale_hub.drivers import AttemptRef, SpecRejected
+from cellscale_hub.store import jobs as q
+from cellscale_hub.store.jobs import IdempotencyConflict
+from cellscale_hub.store.models import Job
+
+Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
+Submitter = Annotated[Principal, Depends(require(SCOPE_SUBMIT))]
+Ctx = Annotated[Context, Depends(context)]
+
+
+def build_app(ctx: Context) -> FastAPI:
+    prefix = ctx.prefix.rstrip("/")
+    app = FastAPI(
+        title="cellscale control plane", version="1", openapi_url=f"{prefix}/api/openapi.json",
+        docs_url=f"{prefix}/api/docs", redoc_url=None,
+    )
+    app.state.ctx = ctx
+    router = APIRouter(prefix=f"{prefix}/api")
+    _job_routes(router)
+    app.include_router(router)
+    app.include_router(oauth.router(prefix))
+    return app
+
+
+def visible_job(session, job_id: str, who: Principal) -> Job:
+    job = session.get(Job, job_id)
+    if job is None or not (who.admin or job.owner == who.user or job.tenant in who.tenants):
+        raise HTTPException(404, f"no job {job_id} visible to you")
+    return job
+
+
+def owned_job(session, job_id: str, who: Principal) -> Job:
+    job = visible_job(session, job_id, who)
+    if not (who.admin or job.owner == who.user):
+        raise HTTPException(403, f"job {job_id} belongs to {job.owner}; only its owner or an admin may change it")
+    return job
+
+
+def _job_routes(router: APIRouter) -> None:
+    @router.get("/health")
+    def health() -> dict:
+        return {"status": "ok"}
+
+    @router.get("/whoami", response_model=WhoAmI)
+    def whoami(who: Reader, ctx: Ctx) -> WhoAmI:
+        queues = sorted(ctx.tenancy.tenants[who.tenant].queues) if who.tenant else []
+        return WhoAmI(user=who.user, tenant=who.tenant, tenants=list(who.tenants), queues=queues, admin=who.admin)
+
+    @router.get("/backends", response_model=list[BackendView])
+    def backends(who: Reader, ctx: Ctx) -> list[BackendView]:
+        return [driver.capacity() for driver in ctx.drivers.values()]
+
+    @router.post("/bundles", response_model=BundleRef, status_code=201)
+    async def upload_bundle(request: Request, who: Submitter, ctx: Ctx) -> BundleRef:
+        """Store a job's pickled inputs, content-addressed. The bytes are never unpickled here."""
+        data = bytearray()
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > MAX_INPUTS_BYTES:
+                raise HTTPException(413, f"inputs are larger than {MAX_INPUTS_BYTES // 2**20} MiB; ship big data by URL")
+        sha = hashlib.sha256(data).hexdigest()
+        path = ctx.bundles_root / sha
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(bytes(data))
+            tmp.replace(path)
+        return BundleRef(sha256=sha, size=len(data))
+
+    @router.post("/jobs", response_model=JobView, status_code=201,
+                 responses={200: {"model": JobView, "description": "an earlier submit with the same key"}})
+    def submit(body: SubmitRequest, who: Submitter, ctx: Ctx,
+               idempotency_key: Annotated[str | None, Header(max_length=128)] = None):
+        spec = body.spec
+        tenant, queue, driver = _placement(ctx, who, spec)
+        if spec.inputs_sha256 and not (ctx.bundles_root / spec.inputs_sha256).exists():
+            raise HTTPException(422, f"inputs bundle {spec.inputs_sha256} was not uploaded; POST it to /api/bundles first")
+        job = Job(id=ctx.new_job_id(), idempotency_key=idempotency_key or ctx.new_job_id(), owner=who.user,
+                  tenant=tenant, queue=queue, backend=driver.name, name=spec.name, spec=spec.model_dump(mode="json"),
+                  phase=Phase.PENDING.value, reason="waiting for admission")
+        with ctx.store.session() as session:
+            try:
+                job, created = q.insert_job(session, job)
+            except IdempotencyConflict as exc:
+                raise HTTPException(409, str(exc)) from exc
+            view = q.job_view(job)
+        ctx.controller.wake()
+        return JSONResponse(view.model_dump(mode="json"), status_code=201 if created else 200)
+
+    @router.post("/render", response_model=RenderView)
+    def render(body: SubmitRequest, who: Submitter, ctx: Ctx) -> RenderView:
+        """The dry run: the exact script the backend would run, without submitting."""
+        _, _, driver = _placement(ctx, who, body.spec)
+        gpus = tuple(range(body.spec.resources.gpus_per_node))
+        ref = AttemptRef(job_id="cs-dryrun", number=1, job_dir=ctx.jobs_root / "cs-dryrun", spec=body.spec, gpu_ids=gpus)
+        return RenderView(backend=driver.name, script=driver.render(ref))
+
+    @router.get("/jobs", response_model=JobPage)
+    def list_jobs(who: Reader, ctx: Ctx, scope: Annotated[str, Query(pattern="^(mine|tenant|all)$")] = "mine",
+                  phase: Phase | None = None, name: str | None = None,
+                  limit: Annotated[int, Query(ge=1, le=500)] = 50, cursor: str | None = None) -> JobPage:
+        if scope == "all" and not who.admin:
+            raise HTTPException(403, "scope=all is for admins; use scope=mine or scope=tenant")
+        owners = [who.user] if scope == "mine" else None
+        tenants = list(who.tenants) if scope == "tenant" else None
+        with ctx.store.session() as session:
+            try:
+                rows, next_cursor = q.list_jobs(session, owners=owners, tenants=tenants,
+                                                phase=phase.value if phase else None, name=name, limit=limit, cursor=cursor)
+            except ValueError as exc:
+                raise HTTPException(400, str(exc)) from exc
+            return JobPage(items=[q.job_view(job) for job in rows], next_cursor=next_cursor)
+
+    @router.get("/jobs/{job_id}", response_model=JobView)
+    def get_job(job_id: str, who: Reader, ctx: Ctx) -> JobView:
+        with ctx.store.session() as session:
+            return q.job_view(visible_job(session, job_id, who))
+
+    @router.post("/jobs/{job_id}/cancel", response_model=JobView)
+    def cancel(job_id: str, who: Submitter, ctx: Ctx) -> JobView:
+        with ctx.store.session() as session:
+            job = owned_job(session, job_id, who)
+            if not Phase(job.phase).terminal and not job.cancel_requested:
+                job.cancel_requested = True
+                q.add_event(session, job, kind="cancel", reason="CancelRequested", actor=who.user)
+                if job.phase == Phase.PENDING.value:
+                    q.transition(session, job, Phase.CANCELLED, "Cancelled", actor=who.user,
+                                 message="cancelled before it was admitted")
+            view = q.job_view(job)
+        ctx.controller.wake()
+        return view
+
+    @router.get("/jobs/{job_id}/events", response_model=list[EventView])
+    def events(job_id: str, who: Reader, ctx: Ctx, after: int = 0) -> list[EventView]:
+        with ctx.store.session() as session:
+            visible_job(session, job_id, who)
+            return [q.event_view(e) for e in q.events_of(session, job_id, after)]
+
+    @router.get("/jobs/{job_id}/logs", response_model=LogChunk,
+                responses={200: {"content": {"text/event-stream": {}}}})
+    def job_logs(job_id: str, who: Reader, ctx: Ctx, request: Request,
+                 offset: Annotated[int, Query(ge=0)] = 0, follow: bool = False,
+                 max_bytes: Annotated[int, Query(ge=1, le=4 * 2**20)] = 2**20):
+        """The combined rank-prefixed log from a byte offset. `follow=true` streams server-sent
+        events (each with its next offset as id; reconnect with Last-Event-ID to resume)."""
+        with ctx.store.session() as session:
+            visible_job(session, job_id, who)
+        if not follow:
+            return logs.read_chunk(ctx, job_id, offset, max_bytes)
+        resume = request.headers.get("last-event-id")
+        start = int(resume) if resume and resume.isdigit() else offset
+        return StreamingResponse(logs.follow(ctx, job_id, start, request), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @router.get("/jobs/{job_id}/result", responses={200: {"content": {"application/octet-stream": {}}}})
+    def result(job_id: str, who: Reader, ctx: Ctx) -> Response:
+        """Rank 0's outputs, pickled by the job. Returned as bytes; only the kernel unpickles them."""
+        with ctx.store.session() as session:
+            job = visible_job(session, job_id, who)
+            if not job.result_available:
+                raise HTTPException(404, f"job {job_id} has no result ({job.phase.lower()}; outputs: {job.spec.get('outputs')})")
+        return FileResponse(ctx.jobs_root / job_id / "result.pkl", media_type="application/octet-stream")
+
+    @router.get("/jobs/{job_id}/render", response_model=RenderView)
+    def render_job(job_id: str, who: Reader, ctx: Ctx) -> RenderView:
+        with ctx.store.session() as session:
+            job = visible_job(session, job_id, who)
+            attempt = job.attempts[-1] if job.attempts else None
+            ref = ctx.controller.ref(job, attempt) if attempt else None
+        driver = ctx.drivers[job.backend]
+        if ref is None:
+            raise HTTPException(409, f"job {job_id} has no attempt yet; POST /api/render for a dry run")
+        return RenderView(backend=driver.name, script=driver.render(ref))
+
+
+def _placement(ctx: Context, who: Principal, spec) -> tuple[str, str, object]:
+    """Resolve user → tenant → queue → backend and refuse what can never run, before storing."""
+    if who.tenant is None:
+        raise HTTPException(403, f"user {who.user} is in no tenant group; ask an admin to add you to a desk "
+                                 f"(tenants: {', '.join(sorted(ctx.tenancy.tenants))})")
+    try:
+        queue, queue_config = ctx.tenancy.resolve_queue(who.tenant, spec.queue)
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    backend = spec.backend or queue_config.backend
+    driver = ctx.drivers.get(backend)
+    if driver is None:
+        raise HTTPException(422, f"unknown backend {backend!r}; backends: {', '.join(sorted(ctx.drivers))}")
+    try:
+        driver.validate(spec)
+    except SpecRejected as exc:
+        raise HTTPException(422, str(exc)) from exc
+    return who.tenant, queue, driver

@@ -1,0 +1,165 @@
+"""`python -m cellscale_hub`: the control plane process.
+
+Runs as a JupyterHub-managed service (it reads the JUPYTERHUB_* environment the hub gives
+it), or as a personal control plane for one user on this machine (`--personal`), the way
+`ray.init()` starts a local cluster. Configure it like JupyterHub: a Python config file
+where class names are keys (`c.ControlPlane.db_url = ...`, `c.LocalDriver.gpus = 8`).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import secrets
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+import uvicorn
+from jupyterhub.services.auth import HubOAuth
+from traitlets import Bool, Dict, Float, Integer, Unicode, default
+from traitlets.config import Application
+
+from cellscale.runtime.jobdir import write_atomic
+from cellscale_hub.api import build_app
+from cellscale_hub.api.context import Context
+from cellscale_hub.auth import HubIdentity, StaticTokenIdentity
+from cellscale_hub.controller import Controller
+from cellscale_hub.drivers import Driver, driver_class
+from cellscale_hub.store import Store
+from cellscale_hub.tenancy import Tenancy
+
+PERSONAL_TENANT = "personal"
+
+
+def personal_dir() -> Path:
+    return Path(os.environ.get("CELLSCALE_HOME", Path.home() / ".cellscale")) / "personal"
+
+
+class ControlPlane(Application):
+    name = "cellscale-hub"
+    description = "The cellscale control plane: jobs, admission, backends."
+
+    config_file = Unicode("", help="Python config file to load.").tag(config=True)
+    data_dir = Unicode(help="Where the control plane keeps its SQLite store, job directories and bundles.").tag(config=True)
+    db_url = Unicode(
+        help="""SQLAlchemy URL of the store. Default: SQLite (WAL) in data_dir. Production:
+        postgresql+psycopg://user:pass@host/db.""",
+    ).tag(config=True)
+    jobs_root = Unicode(
+        help="""Directory holding one directory per job; every node of every backend must see it
+        at the same path (the cluster's shared filesystem). Default: data_dir/jobs.""",
+    ).tag(config=True)
+    backends = Dict(
+        {"local": "local"},
+        help="""Backends by name. A value is a driver name ("local", or a dotted class path), or a
+        dict {"driver": NAME, **traits} to configure several backends of one kind.""",
+    ).tag(config=True)
+    tenants_file = Unicode("", help="YAML file of tenants and their queues (see cellscale_hub.tenancy).").tag(config=True)
+    personal = Bool(False, help="Run as a personal control plane: no hub, one user, a static token.").tag(config=True)
+    ip = Unicode("127.0.0.1", help="Address to listen on (as a hub service: from JUPYTERHUB_SERVICE_URL).").tag(config=True)
+    port = Integer(0, help="Port to listen on; 0 picks a free one (as a hub service: from JUPYTERHUB_SERVICE_URL).").tag(config=True)
+    poll_interval = Float(0.5, help="Seconds between reconcile cycles.").tag(config=True)
+    service_name = Unicode(help="The hub service name (from JUPYTERHUB_SERVICE_NAME).").tag(config=True)
+
+    aliases = {
+        "config": "ControlPlane.config_file",
+        "db-url": "ControlPlane.db_url",
+        "data-dir": "ControlPlane.data_dir",
+        "port": "ControlPlane.port",
+        "tenants": "ControlPlane.tenants_file",
+        "gpus": "LocalDriver.gpus",
+    }
+    flags = {"personal": ({"ControlPlane": {"personal": True}}, "Run a personal control plane for this user.")}
+
+    @default("data_dir")
+    def _data_dir(self) -> str:
+        if self.personal:
+            return str(personal_dir())
+        return os.environ.get("CELLSCALE_DATA_DIR", str(Path.cwd() / "var" / "cellscale"))
+
+    @default("db_url")
+    def _db_url(self) -> str:
+        return f"sqlite:///{Path(self.data_dir) / 'cellscale.sqlite'}"
+
+    @default("jobs_root")
+    def _jobs_root(self) -> str:
+        return str(Path(self.data_dir) / "jobs")
+
+    @default("service_name")
+    def _service_name(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_NAME", "cellscale")
+
+    def initialize(self, argv=None) -> None:
+        super().initialize(argv)
+        if self.config_file:
+            self.load_config_file(self.config_file)
+            self.update_config(self.cli_config)  # the command line wins over the file
+        logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
+
+    def make_drivers(self) -> dict[str, Driver]:
+        drivers = {}
+        for name, value in self.backends.items():
+            settings = dict(value) if isinstance(value, dict) else {"driver": value}
+            cls = driver_class(settings.pop("driver"))
+            drivers[name] = cls(parent=self, name=name, **settings)
+        return drivers
+
+    def make_tenancy(self) -> Tenancy:
+        if self.personal:
+            return Tenancy.single(PERSONAL_TENANT, next(iter(self.backends)))
+        if not self.tenants_file:
+            raise SystemExit("cellscale-hub: set ControlPlane.tenants_file (--tenants FILE) or run with --personal")
+        return Tenancy.load(self.tenants_file)
+
+    def listen_socket(self) -> socket.socket:
+        ip, port = self.ip, self.port
+        service_url = os.environ.get("JUPYTERHUB_SERVICE_URL")
+        if service_url and not self.personal:
+            parsed = urlparse(service_url)
+            ip, port = parsed.hostname or ip, parsed.port or port
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((ip, port))
+        return sock
+
+    def start(self) -> None:
+        data = Path(self.data_dir)
+        jobs_root, bundles_root = Path(self.jobs_root), data / "bundles"
+        for path in (data, jobs_root, bundles_root):
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        store = Store(self.db_url)
+        store.migrate()
+        drivers = self.make_drivers()
+        controller = Controller(store, drivers, jobs_root, bundles_root, interval=self.poll_interval)
+        sock = self.listen_socket()
+        if self.personal:
+            token = secrets.token_urlsafe(32)
+            identity, hub_oauth, prefix = StaticTokenIdentity(token, getpass.getuser(), (PERSONAL_TENANT,)), None, "/"
+        else:
+            hub_oauth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)
+            identity = HubIdentity(hub_oauth, self.service_name)
+            prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
+        ctx = Context(store=store, controller=controller, drivers=drivers, tenancy=self.make_tenancy(),
+                      identity=identity, jobs_root=jobs_root, bundles_root=bundles_root, prefix=prefix,
+                      hub_oauth=hub_oauth)
+        app = build_app(ctx)
+        controller.start()
+        host, port = sock.getsockname()[:2]
+        url = f"http://{host}:{port}{prefix}"
+        if self.personal:
+            write_atomic(data / "server.json", json.dumps({"url": url, "token": token, "pid": os.getpid()}).encode())
+            os.chmod(data / "server.json", 0o600)
+        self.log.info("cellscale control plane on %s (store %s, backends %s)", url, store.engine.url.render_as_string(), list(drivers))
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False))
+        try:
+            server.run(sockets=[sock])
+        finally:
+            controller.stop()
+            store.dispose()
+
+
+def main(argv=None) -> None:
+    ControlPlane.launch_instance(argv)

@@ -1,0 +1,105 @@
+"""The driver interface: what the control plane needs from a scheduler.
+
+Subclass `Driver` and override:
+
+- `capacity()`: the largest gang this backend can ever run, for refusing impossible jobs.
+- `render(ref)`: the exact script or command `submit` would run (a public dry run).
+- `submit(ref)`: start the attempt; return the backend's id for it. Must be idempotent for
+  one attempt: submitting the same attempt twice never runs it twice.
+- `poll(refs)`: one batched query for all active attempts of this backend. An attempt the
+  backend did not answer for is UNKNOWN, never "gone".
+- `cancel(ref)`: ask the backend to stop the attempt (the job dir's exit record follows).
+
+and, when the backend places jobs itself rather than against a declared capacity,
+`place(...)`. Drivers hold no durable state: everything they need after a restart of the
+control plane is in the `AttemptRef` (from the store) and the job directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from traitlets import Unicode
+from traitlets.config import LoggingConfigurable
+
+from cellscale.runtime.jobdir import JobDir
+from cellscale.spec import AttemptState, BackendView, JobSpec
+
+
+class SpecRejected(ValueError):
+    """The job can never run on this backend; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class AttemptRef:
+    job_id: str
+    number: int
+    job_dir: Path
+    spec: JobSpec
+    gpu_ids: tuple[int, ...] = ()
+    backend_ref: str | None = None
+    submitted_at: datetime | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.job_id, self.number)
+
+    @property
+    def dir(self) -> JobDir:
+        return JobDir(self.job_dir)
+
+
+@dataclass(frozen=True)
+class Observation:
+    state: AttemptState
+    exit_code: int | None = None
+    reason: str | None = None
+    heartbeat: datetime | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Driver(LoggingConfigurable):
+    kind: str = "base"
+
+    name = Unicode(help="The backend's name as users see it (--backend NAME).").tag(config=True)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        missing = [m for m in ("capacity", "render", "submit", "poll", "cancel") if getattr(cls, m) is getattr(Driver, m)]
+        if missing:
+            raise TypeError(f"{cls.__name__} must override {', '.join(missing)}")
+
+    def capacity(self) -> BackendView:
+        raise NotImplementedError("Override in subclass.")
+
+    def validate(self, spec: JobSpec) -> None:
+        """Refuse a spec this backend can never run, saying what to change."""
+        cap = self.capacity()
+        res = spec.resources
+        if spec.launcher not in cap.launchers:
+            raise SpecRejected(f"backend {self.name!r} has no {spec.launcher.value} launcher")
+        if res.nodes > cap.max_nodes:
+            raise SpecRejected(
+                f"--nodes {res.nodes} is more than backend {self.name!r} has ({cap.max_nodes}); "
+                f"use at most --nodes {cap.max_nodes}"
+            )
+        if res.gpus_per_node > cap.gpus_per_node:
+            raise SpecRejected(
+                f"{res.gpus_per_node} GPUs per node is more than backend {self.name!r} has "
+                f"({cap.gpus_per_node} per node, {cap.capacity_gpus} in all); ask for at most "
+                f"--gpus {cap.capacity_gpus}"
+            )
+
+    def render(self, ref: AttemptRef) -> str:
+        raise NotImplementedError("Override in subclass.")
+
+    def submit(self, ref: AttemptRef) -> str:
+        raise NotImplementedError("Override in subclass.")
+
+    def poll(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
+        raise NotImplementedError("Override in subclass.")
+
+    def cancel(self, ref: AttemptRef) -> None:
+        raise NotImplementedError("Override in subclass.")

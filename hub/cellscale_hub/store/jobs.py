@@ -1,0 +1,149 @@
+"""Queries and changes on jobs, attempts and events, shared by the API and the controller.
+Every phase change goes through `transition`, which writes its event row in the same
+transaction."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from cellscale.spec import AttemptView, EventView, JobSpec, JobView, Phase
+from cellscale_hub.lifecycle import check_transition
+from cellscale_hub.store.models import Attempt, Event, Job, utcnow
+
+ACTIVE_ATTEMPT_STATES = ("SUBMITTING", "STARTING", "RUNNING", "UNKNOWN")
+
+
+class IdempotencyConflict(ValueError):
+    pass
+
+
+def insert_job(session: Session, job: Job) -> tuple[Job, bool]:
+    """Store a new job, or return the one this owner already made with the same key."""
+    existing = find_by_key(session, job.owner, job.idempotency_key)
+    if existing is None:
+        try:
+            with session.begin_nested():
+                session.add(job)
+                session.flush()
+                add_event(session, job, kind="phase", to_phase=job.phase, reason="Submitted", actor=job.owner,
+                          message=f"submitted to queue {job.queue} on backend {job.backend}")
+            return job, True
+        except IntegrityError:  # a concurrent retry of the same submit won the race
+            existing = find_by_key(session, job.owner, job.idempotency_key)
+            if existing is None:
+                raise
+    if existing.spec != job.spec:
+        raise IdempotencyConflict(
+            f"idempotency key {job.idempotency_key!r} was already used for a different job ({existing.id}); "
+            "use a new key for a new job"
+        )
+    return existing, False
+
+
+def find_by_key(session: Session, owner: str, key: str) -> Job | None:
+    return session.scalar(select(Job).where(Job.owner == owner, Job.idempotency_key == key))
+
+
+def add_event(session: Session, job: Job, *, kind: str, attempt: int | None = None, from_phase: str | None = None,
+              to_phase: str | None = None, reason: str | None = None, message: str | None = None,
+              actor: str | None = None) -> None:
+    session.add(Event(job_id=job.id, kind=kind, attempt=attempt, from_phase=from_phase, to_phase=to_phase,
+                      reason=reason, message=message, actor=actor, at=utcnow()))
+
+
+def transition(session: Session, job: Job, target: Phase, reason: str, *, actor: str = "controller",
+               attempt: int | None = None, message: str | None = None) -> None:
+    current = Phase(job.phase)
+    if current is target:
+        return
+    check_transition(current, target)
+    job.phase, job.reason, job.updated_at = target.value, message or reason, utcnow()
+    if target is Phase.RUNNING and job.started_at is None:
+        job.started_at = job.updated_at
+    if target.terminal:
+        job.finished_at = job.updated_at
+    add_event(session, job, kind="phase", attempt=attempt, from_phase=current.value, to_phase=target.value,
+              reason=reason, message=message, actor=actor)
+
+
+def active_attempts(session: Session, backend: str) -> list[Attempt]:
+    query = select(Attempt).where(Attempt.backend == backend, Attempt.state.in_(ACTIVE_ATTEMPT_STATES))
+    return list(session.scalars(query.order_by(Attempt.id)))
+
+
+def pending_jobs(session: Session, backend: str) -> list[Job]:
+    query = select(Job).where(Job.backend == backend, Job.phase == Phase.PENDING.value)
+    return list(session.scalars(query.order_by(Job.created_at, Job.id)))
+
+
+def cancel_requested_active(session: Session) -> list[Job]:
+    active = [p.value for p in Phase if not p.terminal and p is not Phase.PENDING]
+    return list(session.scalars(select(Job).where(Job.cancel_requested.is_(True), Job.phase.in_(active))))
+
+
+def list_jobs(session: Session, *, owners: Iterable[str] | None, tenants: Iterable[str] | None,
+              phase: str | None, name: str | None, limit: int, cursor: str | None) -> tuple[list[Job], str | None]:
+    """Newest first, keyset-paginated. `owners`/`tenants` of None mean no restriction."""
+    query = select(Job)
+    if owners is not None:
+        query = query.where(Job.owner.in_(list(owners)))
+    if tenants is not None:
+        query = query.where(Job.tenant.in_(list(tenants)))
+    if phase:
+        query = query.where(Job.phase == phase)
+    if name:
+        query = query.where(Job.name.contains(name, autoescape=True))
+    if cursor:
+        at, job_id = decode_cursor(cursor)
+        query = query.where(or_(Job.created_at < at, and_(Job.created_at == at, Job.id < job_id)))
+    rows = list(session.scalars(query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, encode_cursor(rows[-1]) if more and rows else None
+
+
+def encode_cursor(job: Job) -> str:
+    return base64.urlsafe_b64encode(f"{job.created_at.isoformat()}|{job.id}".encode()).decode()
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        at, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
+        return datetime.fromisoformat(at), job_id
+    except ValueError as exc:
+        raise ValueError("cursor is not one this server returned") from exc
+
+
+def events_of(session: Session, job_id: str, after: int = 0) -> list[Event]:
+    query = select(Event).where(Event.job_id == job_id, Event.id > after).order_by(Event.id)
+    return list(session.scalars(query))
+
+
+def job_view(job: Job) -> JobView:
+    return JobView(
+        id=job.id, name=job.name, owner=job.owner, tenant=job.tenant, queue=job.queue, backend=job.backend,
+        phase=Phase(job.phase), reason=job.reason, spec=JobSpec.model_validate(job.spec),
+        created_at=job.created_at, updated_at=job.updated_at, started_at=job.started_at,
+        finished_at=job.finished_at, cancel_requested=job.cancel_requested,
+        result_available=job.result_available,
+        attempts=[attempt_view(a) for a in job.attempts],
+    )
+
+
+def attempt_view(a: Attempt) -> AttemptView:
+    return AttemptView(
+        number=a.number, backend=a.backend, backend_ref=a.backend_ref, state=a.state, gpu_ids=list(a.gpu_ids or []),
+        submitted_at=a.submitted_at, started_at=a.started_at, ended_at=a.ended_at, exit_code=a.exit_code,
+        end_reason=a.end_reason, last_heartbeat=a.last_heartbeat,
+    )
+
+
+def event_view(e: Event) -> EventView:
+    return EventView(id=e.id, job_id=e.job_id, at=e.at, kind=e.kind, attempt=e.attempt, from_phase=e.from_phase,
+                     to_phase=e.to_phase, reason=e.reason, message=e.message, actor=e.actor)

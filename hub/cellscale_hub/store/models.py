@@ -1,0 +1,96 @@
+"""The control plane's tables. Changes go through an Alembic migration (store/migrations)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC on every database (SQLite forgets the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        return value.astimezone(timezone.utc) if value is not None else None
+
+    def process_result_value(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    idempotency_key: Mapped[str] = mapped_column(String(128))
+    owner: Mapped[str] = mapped_column(String(255), index=True)
+    tenant: Mapped[str] = mapped_column(String(255), index=True)
+    queue: Mapped[str] = mapped_column(String(63))
+    backend: Mapped[str] = mapped_column(String(63), index=True)
+    name: Mapped[str] = mapped_column(String(63))
+    spec: Mapped[dict] = mapped_column(JSON)
+    phase: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    result_available: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    attempts: Mapped[list["Attempt"]] = relationship(
+        back_populates="job", order_by="Attempt.number", cascade="all, delete-orphan", lazy="selectin"
+    )
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("job_id", "number", name="uq_attempts_job_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    backend: Mapped[str] = mapped_column(String(63))
+    backend_ref: Mapped[str | None] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    gpu_ids: Mapped[list] = mapped_column(JSON, default=list)
+    submitted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    end_reason: Mapped[str | None] = mapped_column(Text)
+    last_heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    job: Mapped[Job] = relationship(back_populates="attempts")
+
+
+class Event(Base):
+    """The audit trail: one row per state transition or notable fact."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    kind: Mapped[str] = mapped_column(String(32))
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    from_phase: Mapped[str | None] = mapped_column(String(16))
+    to_phase: Mapped[str | None] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(String(64))
+    message: Mapped[str | None] = mapped_column(Text)
+    actor: Mapped[str | None] = mapped_column(String(255))

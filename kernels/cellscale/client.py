@@ -1,0 +1,154 @@
+"""The HTTP client of the control plane, used by the magic, the CLI and user code.
+
+`Client.from_env()` finds the control plane with no setup: in a hub-spawned server the hub
+sets CELLSCALE_URL and the server's token; elsewhere it starts or reuses a personal control
+plane on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+
+import cloudpickle
+import httpx
+
+from cellscale.spec import BackendView, BundleRef, EventView, JobPage, JobSpec, JobView, LogChunk, RenderView, WhoAmI
+
+RETRYABLE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectTimeout)
+
+
+class ApiError(Exception):
+    """The control plane refused a call; the message is its explanation."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class Client:
+    def __init__(self, url: str, token: str, timeout: float = 30.0):
+        self.url = url.rstrip("/") + "/"
+        self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"token {token}"}, timeout=timeout)
+
+    @classmethod
+    def from_env(cls) -> "Client":
+        url = os.environ.get("CELLSCALE_URL")
+        if url:
+            token = os.environ.get("CELLSCALE_TOKEN") or os.environ.get("JUPYTERHUB_API_TOKEN")
+            if not token:
+                raise ApiError(401, "CELLSCALE_URL is set but neither CELLSCALE_TOKEN nor JUPYTERHUB_API_TOKEN is")
+            return cls(url, token)
+        from cellscale import personal
+
+        url, token = personal.ensure()
+        return cls(url, token)
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _call(self, method: str, path: str, *, retries: int = 0, **kwargs) -> httpx.Response:
+        for attempt in range(retries + 1):
+            try:
+                response = self._http.request(method, path.lstrip("/"), **kwargs)
+                break
+            except RETRYABLE:
+                if attempt == retries:
+                    raise
+                time.sleep(min(0.5 * 2**attempt, 5))
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, _detail(response))
+        return response
+
+    # -- API -------------------------------------------------------------------------------
+    def whoami(self) -> WhoAmI:
+        return WhoAmI.model_validate(self._call("GET", "api/whoami").json())
+
+    def backends(self) -> list[BackendView]:
+        return [BackendView.model_validate(b) for b in self._call("GET", "api/backends").json()]
+
+    def upload_inputs(self, data: bytes) -> BundleRef:
+        return BundleRef.model_validate(self._call("POST", "api/bundles", content=data, retries=3).json())
+
+    def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> JobView:
+        """Submit once: retries after a network error reuse the key, so they never make two jobs."""
+        key = idempotency_key or uuid.uuid4().hex
+        body = {"spec": spec.model_dump(mode="json")}
+        response = self._call("POST", "api/jobs", json=body, headers={"Idempotency-Key": key}, retries=3)
+        return JobView.model_validate(response.json())
+
+    def render(self, spec: JobSpec) -> RenderView:
+        return RenderView.model_validate(self._call("POST", "api/render", json={"spec": spec.model_dump(mode="json")}).json())
+
+    def get(self, job_id: str) -> JobView:
+        return JobView.model_validate(self._call("GET", f"api/jobs/{job_id}", retries=2).json())
+
+    def list(self, scope: str = "mine", phase: str | None = None, limit: int = 50, cursor: str | None = None) -> JobPage:
+        params = {k: v for k, v in {"scope": scope, "phase": phase, "limit": limit, "cursor": cursor}.items() if v}
+        return JobPage.model_validate(self._call("GET", "api/jobs", params=params).json())
+
+    def cancel(self, job_id: str) -> JobView:
+        return JobView.model_validate(self._call("POST", f"api/jobs/{job_id}/cancel", retries=2).json())
+
+    def events(self, job_id: str, after: int = 0) -> list[EventView]:
+        return [EventView.model_validate(e) for e in self._call("GET", f"api/jobs/{job_id}/events", params={"after": after}).json()]
+
+    def logs(self, job_id: str, offset: int = 0) -> LogChunk:
+        return LogChunk.model_validate(self._call("GET", f"api/jobs/{job_id}/logs", params={"offset": offset}).json())
+
+    def result(self, job_id: str) -> dict:
+        """Rank 0's outputs, unpickled here, in the user's own process."""
+        return cloudpickle.loads(self._call("GET", f"api/jobs/{job_id}/result", retries=2).content)
+
+    def follow_logs(self, job_id: str, offset: int = 0, reconnect_seconds: float = 180.0) -> Iterator[LogChunk]:
+        """Stream log chunks as they are written, until the job has ended and all is read.
+
+        A dropped connection (a restart of the control plane, say) is resumed from the last
+        offset received, for up to `reconnect_seconds` without progress.
+        """
+        last_progress = time.monotonic()
+        while True:
+            try:
+                for chunk in self._stream(job_id, offset):
+                    last_progress = time.monotonic()
+                    offset = chunk.next_offset
+                    yield chunk
+                    if chunk.complete:
+                        return
+            except (*RETRYABLE, httpx.ReadTimeout):
+                pass
+            except ApiError as exc:
+                if exc.status < 500:
+                    raise
+            if time.monotonic() - last_progress > reconnect_seconds:
+                raise ApiError(503, f"lost the log stream of {job_id} for {reconnect_seconds:.0f}s")
+            time.sleep(1.0)
+
+    def _stream(self, job_id: str, offset: int) -> Iterator[LogChunk]:
+        params = {"offset": offset, "follow": "true"}
+        timeout = httpx.Timeout(30.0, read=60.0)
+        with self._http.stream("GET", f"api/jobs/{job_id}/logs", params=params, timeout=timeout) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise ApiError(response.status_code, _detail(response))
+            data: list[str] = []
+            for line in response.iter_lines():
+                if line.startswith("data:"):
+                    data.append(line[5:].strip())
+                elif not line and data:
+                    yield LogChunk.model_validate_json("\n".join(data))
+                    data = []
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail", response.text)
+    except (json.JSONDecodeError, AttributeError):
+        return f"HTTP {response.status_code}: {response.text[:500]}"
+    if isinstance(detail, list):  # pydantic validation errors
+        return "; ".join(f"{'.'.join(map(str, d.get('loc', [])[1:]))}: {d.get('msg')}" for d in detail)
+    return str(detail)

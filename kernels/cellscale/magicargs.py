@@ -1,0 +1,141 @@
+"""Parse the `%%cluster` line into a validated model, then into a JobSpec.
+
+Everything here runs before anything is sent: a bad flag is an error that says what to
+change, and nothing is created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import shlex
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cellscale.spec import JobSpec, Launcher, Resources
+
+
+class MagicUsageError(ValueError):
+    pass
+
+
+class MagicArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: int | None = Field(None, description="total GPUs")
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    launcher: Launcher = Launcher.torchrun
+    backend: str | None = None
+    queue: str | None = None
+    name: str = "cell"
+    time: int = 60
+    env: dict[str, str] = Field(default_factory=dict)
+    inputs: list[str] = Field(default_factory=list)
+    outputs: list[str] = Field(default_factory=list)
+    detach: bool = False
+    dry_run: bool = False
+
+    def resources(self) -> Resources:
+        nodes, per_node = self.nodes, self.gpus_per_node
+        if self.gpus is not None:
+            if self.gpus < 1:
+                raise MagicUsageError("--gpus must be at least 1 (leave it out for a CPU-only job)")
+            if nodes and per_node and nodes * per_node != self.gpus:
+                raise MagicUsageError(f"--gpus {self.gpus} is not --nodes {nodes} × --gpus-per-node {per_node}")
+            if nodes and not per_node:
+                if self.gpus % nodes:
+                    raise MagicUsageError(f"--gpus {self.gpus} does not split evenly over --nodes {nodes}")
+                per_node = self.gpus // nodes
+            elif per_node and not nodes:
+                if self.gpus % per_node:
+                    raise MagicUsageError(f"--gpus {self.gpus} is not a multiple of --gpus-per-node {per_node}")
+                nodes = self.gpus // per_node
+            elif not nodes:
+                nodes, per_node = 1, self.gpus
+        return Resources(nodes=nodes or 1, gpus_per_node=per_node or 0, timeout_min=self.time)
+
+    def to_spec(self, source: str, inputs_sha256: str | None = None) -> JobSpec:
+        try:
+            return JobSpec(
+                name=self.name, launcher=self.launcher, resources=self.resources(), queue=self.queue,
+                backend=self.backend, env=self.env, source=source, input_names=self.inputs,
+                inputs_sha256=inputs_sha256, outputs=self.outputs,
+            )
+        except ValidationError as exc:
+            raise MagicUsageError(_explain(exc)) from None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise MagicUsageError(_suggest(message, self))
+
+
+def _parser() -> _Parser:
+    p = _Parser(prog="%%cluster", add_help=False, exit_on_error=False)
+    p.add_argument("--gpus", type=int)
+    p.add_argument("--nodes", type=int)
+    p.add_argument("--gpus-per-node", type=int)
+    p.add_argument("--launcher", choices=[launcher.value for launcher in Launcher])
+    p.add_argument("--backend")
+    p.add_argument("--queue")
+    p.add_argument("--name")
+    p.add_argument("--time", type=int, help="minutes")
+    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--inputs", default="")
+    p.add_argument("--outputs", default="")
+    p.add_argument("--detach", action="store_true")
+    p.add_argument("--dry-run", action="store_true")
+    return p
+
+
+PARSER = _parser()
+
+
+def parse_line(line: str) -> MagicArgs:
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        raise MagicUsageError(f"cannot read the %%cluster line: {exc}") from None
+    ns = PARSER.parse_args(argv)
+    env = {}
+    for item in ns.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise MagicUsageError(f"--env {item!r} is not KEY=VALUE")
+        env[key] = value
+    values = {k: v for k, v in vars(ns).items() if v is not None}
+    values.update(env=env, inputs=_names(ns.inputs), outputs=_names(ns.outputs))
+    try:
+        return MagicArgs.model_validate(values)
+    except ValidationError as exc:
+        raise MagicUsageError(_explain(exc)) from None
+
+
+def usage() -> str:
+    return PARSER.format_usage().replace("usage: ", "")
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _suggest(message: str, parser: argparse.ArgumentParser) -> str:
+    if "unrecognized arguments" in message:
+        flags = [opt for action in parser._actions for opt in action.option_strings]
+        unknown = message.split(":", 1)[1].split()
+        hints = []
+        for flag in unknown:
+            close = difflib.get_close_matches(flag.split("=")[0], flags, n=1)
+            hints.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
+        return f"unknown option {', '.join(hints)}; usage: {usage()}"
+    return f"{message}; usage: {usage()}"
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"] if p not in ("spec",))
+        message = error["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)

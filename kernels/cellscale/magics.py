@@ -1,0 +1,166 @@
+"""`%%cluster` and `%cluster`: run a cell as a cluster job, and manage jobs.
+
+    %%cluster --gpus 2 --launcher torchrun --outputs loss
+    ...cell...
+
+    %cluster list | status ID | attach ID | logs ID | cancel ID
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+from cellscale.bundle import InputError, pack_inputs
+from cellscale.client import ApiError, Client
+from cellscale.display import make_view, status_line
+from cellscale.magicargs import MagicUsageError, parse_line, usage
+from cellscale.spec import JobView, Phase
+
+STATUS_REFRESH_SECONDS = 1.0
+
+
+class JobFailed(Exception):
+    """The job ended without succeeding. Shown without a Python traceback of the magic."""
+
+    def __init__(self, job: JobView):
+        super().__init__(f"job {job.id} {job.phase.value.lower()}: {job.reason}")
+        self.job = job
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31m{self}\x1b[0m", f"see the log above, or: %cluster logs {self.job.id}"]
+
+
+@magics_class
+class ClusterMagics(Magics):
+    def __init__(self, shell, client: Client | None = None):
+        super().__init__(shell)
+        self._client = client
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            try:
+                self._client = Client.from_env()
+            except (RuntimeError, ApiError) as exc:
+                raise UsageError(str(exc)) from None
+        return self._client
+
+    @line_cell_magic
+    def cluster(self, line: str, cell: str | None = None):
+        try:
+            if cell is None:
+                return self._command(line)
+            return self._run_cell(line, cell)
+        except (MagicUsageError, InputError) as exc:
+            raise UsageError(str(exc)) from None
+        except ApiError as exc:
+            raise UsageError(f"the control plane refused: {exc}") from None
+
+    # -- %%cluster ---------------------------------------------------------------------------
+    def _run_cell(self, line: str, cell: str):
+        args = parse_line(line)
+        spec = args.to_spec(cell)  # validates everything but the inputs
+        blob = pack_inputs(self.shell.user_ns, args.inputs) if args.inputs else None
+        if args.dry_run:
+            print(self.client.render(spec).script)
+            return None
+        if blob is not None:
+            spec = args.to_spec(cell, self.client.upload_inputs(blob).sha256)
+        job = self.client.submit(spec)
+        if args.detach:
+            print(f"[cellscale] submitted {job.id}; follow it with: %cluster attach {job.id}")
+            return None
+        return self.attach(job.id)
+
+    def attach(self, job_id: str):
+        """Show the job live until it ends, then bring its outputs into the notebook."""
+        view = make_view(self.shell)
+        chunks: queue.Queue = queue.Queue()
+        stop = threading.Event()
+        follower = threading.Thread(target=self._follow, args=(job_id, chunks, stop), daemon=True)
+        follower.start()
+        job = self.client.get(job_id)
+        view.status(job)
+        refreshed = time.monotonic()
+        try:
+            while True:
+                try:
+                    item = chunks.get(timeout=0.25)
+                except queue.Empty:
+                    item = None
+                if isinstance(item, Exception):
+                    raise item
+                if item is not None and item.text:
+                    view.log(item.text)
+                done = item is not None and item.complete
+                if done or time.monotonic() - refreshed > STATUS_REFRESH_SECONDS:
+                    job, refreshed = self.client.get(job_id), time.monotonic()
+                    view.status(job)
+                if done:
+                    break
+        except KeyboardInterrupt:
+            stop.set()
+            print(f"\n[cellscale] detached; {job_id} keeps running. Re-attach with: %cluster attach {job_id}")
+            return None
+        finally:
+            stop.set()
+            view.close()
+        return self._finish(job)
+
+    def _follow(self, job_id: str, chunks: queue.Queue, stop: threading.Event) -> None:
+        try:
+            for chunk in self.client.follow_logs(job_id):
+                if stop.is_set():
+                    return
+                chunks.put(chunk)
+        except Exception as exc:  # noqa: BLE001 - handed to the cell's thread to report
+            chunks.put(exc)
+
+    def _finish(self, job: JobView):
+        if job.phase is not Phase.SUCCEEDED:
+            raise JobFailed(job)
+        if job.spec.outputs:
+            values = self.client.result(job.id)
+            self.shell.user_ns.update(values)
+            print(f"[cellscale] {job.id} succeeded; set {', '.join(values)}")
+        return None
+
+    # -- %cluster COMMAND ----------------------------------------------------------------------
+    def _command(self, line: str):
+        words = line.split()
+        if not words:
+            raise MagicUsageError(f"%cluster list | status ID | attach ID | logs ID | cancel ID; %%cluster {usage()}")
+        verb, rest = words[0], words[1:]
+        if verb == "list":
+            for job in self.client.list(scope=rest[0] if rest else "mine").items:
+                print(status_line(job))
+            return None
+        if verb in {"status", "attach", "logs", "cancel"}:
+            if len(rest) != 1:
+                raise MagicUsageError(f"%cluster {verb} needs one job id, e.g. %cluster {verb} cs-0123abcd4567")
+            job_id = rest[0]
+            if verb == "attach":
+                return self.attach(job_id)
+            if verb == "logs":
+                print(self.client.logs(job_id).text, end="")
+            elif verb == "cancel":
+                print(f"[cellscale] {status_line(self.client.cancel(job_id))} (cancel requested)")
+            else:
+                self._print_status(job_id)
+            return None
+        raise MagicUsageError(f"unknown %cluster command {verb!r}: use list, status, attach, logs or cancel")
+
+    def _print_status(self, job_id: str) -> None:
+        job = self.client.get(job_id)
+        print(status_line(job))
+        for attempt in job.attempts:
+            end = f", ended {attempt.state.value.lower()}: {attempt.end_reason}" if attempt.ended_at else ""
+            print(f"  attempt {attempt.number} on {attempt.backend} GPUs {attempt.gpu_ids}{end}")
+        for event in self.client.events(job_id)[-10:]:
+            change = f"{event.from_phase or ''} → {event.to_phase}" if event.to_phase else event.kind
+            print(f"  {event.at:%H:%M:%S} {change} {event.reason or ''} {event.message or ''}".rstrip())

@@ -1,0 +1,67 @@
+"""Execute the cell in one rank: `python -m cellscale.runtime.cell DIR N`.
+
+This is the only place where the job's inputs are unpickled: inside the job's own
+sandbox, never in the control plane.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import traceback
+
+import cloudpickle
+
+from cellscale.runtime.jobdir import JobDir, write_atomic
+
+
+def load_namespace(job: JobDir, names: list[str]) -> dict[str, object]:
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    if names:
+        with open(job.inputs, "rb") as handle:
+            namespace.update(pickle.load(handle))
+    return namespace
+
+
+def save_outputs(job: JobDir, namespace: dict[str, object], names: list[str]) -> None:
+    missing = [name for name in names if name not in namespace]
+    if missing:
+        raise NameError(f"--outputs names {', '.join(missing)}, which the cell never defined")
+    write_atomic(job.result, cloudpickle.dumps({name: namespace[name] for name in names}))
+
+
+def record_error(job: JobDir, attempt: int, exc: BaseException) -> None:
+    rank = os.environ.get("RANK", "0")
+    summary = f"rank {rank}: {type(exc).__name__}: {exc}"
+    path = job.attempt_dir(attempt) / "error.json"
+    if not path.exists():  # the first failing rank explains the failure
+        write_atomic(path, json.dumps({"rank": int(rank), "summary": summary}).encode())
+
+
+def main(argv: list[str]) -> int:
+    job, attempt = JobDir(argv[0]), int(argv[1])
+    plan = job.read_plan()
+    try:
+        namespace = load_namespace(job, plan.input_names)
+        code = compile(job.cell.read_text(), str(job.cell), "exec")
+        exec(code, namespace)  # noqa: S102 - running the user's cell is this module's purpose
+        if os.environ.get("RANK", "0") == "0":
+            save_outputs(job, namespace, plan.outputs)
+    except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
+        traceback.print_exception(exc.__class__, exc, _user_frames(exc.__traceback__))
+        record_error(job, attempt, exc)
+        return 1
+    return 0
+
+
+def _user_frames(tb):
+    """Drop this module's own frames so the traceback starts in the cell."""
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return tb
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

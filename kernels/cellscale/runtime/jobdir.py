@@ -1,0 +1,127 @@
+"""The job directory: the channel between the control plane and a running job.
+
+Like submitit's shared folder, each job owns a directory on storage that both the control
+plane and every node can read (local disk for the local backend, the cluster's shared
+filesystem for Slurm). The control plane writes the launch plan and the inputs; the
+runtime appends rank-prefixed logs, heartbeats, the exit record and rank 0's outputs.
+Nothing in it is unpickled by the control plane.
+
+    <job>/plan.json             LaunchPlan for the current attempt
+    <job>/cell.py               the cell's source
+    <job>/inputs.pkl            pickled notebook variables (opaque to the control plane)
+    <job>/output.log            every attempt's rank-prefixed lines, appended
+    <job>/result.pkl            rank 0's named outputs
+    <job>/attempts/<n>/lock     flock held by the attempt's supervisor while it lives
+    <job>/attempts/<n>/started  written by the supervisor once it holds the lock
+    <job>/attempts/<n>/heartbeat.json
+    <job>/attempts/<n>/exit.json
+    <job>/attempts/<n>/error.json  the first failing rank's exception
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from cellscale.spec import Launcher
+
+
+class LaunchPlan(BaseModel):
+    """What the runtime needs to start one attempt on one node."""
+
+    job_id: str
+    attempt: int
+    launcher: Launcher
+    nodes: int
+    gpus_per_node: int
+    procs_per_node: int
+    gpu_ids: list[int] = Field(default_factory=list)
+    outputs: list[str] = Field(default_factory=list)
+    input_names: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_min: int = 60
+
+
+class ExitRecord(BaseModel):
+    code: int
+    reason: str
+    message: str | None = None
+
+
+class JobDir:
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = Path(root)
+
+    plan = property(lambda self: self.root / "plan.json")
+    cell = property(lambda self: self.root / "cell.py")
+    inputs = property(lambda self: self.root / "inputs.pkl")
+    log = property(lambda self: self.root / "output.log")
+    result = property(lambda self: self.root / "result.pkl")
+
+    def attempt_dir(self, attempt: int) -> Path:
+        return self.root / "attempts" / str(attempt)
+
+    def read_plan(self) -> LaunchPlan:
+        return LaunchPlan.model_validate_json(self.plan.read_text())
+
+    def write_plan(self, plan: LaunchPlan) -> None:
+        write_atomic(self.plan, plan.model_dump_json(indent=1).encode())
+
+    def read_exit(self, attempt: int) -> ExitRecord | None:
+        path = self.attempt_dir(attempt) / "exit.json"
+        try:
+            return ExitRecord.model_validate_json(path.read_text())
+        except FileNotFoundError:
+            return None
+
+    def write_exit(self, attempt: int, record: ExitRecord) -> None:
+        write_atomic(self.attempt_dir(attempt) / "exit.json", record.model_dump_json().encode())
+
+    def read_heartbeat(self, attempt: int) -> dict | None:
+        try:
+            return json.loads((self.attempt_dir(attempt) / "heartbeat.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def started(self, attempt: int) -> bool:
+        return (self.attempt_dir(attempt) / "started").exists()
+
+    def supervisor_alive(self, attempt: int) -> bool:
+        """True while a supervisor holds the attempt's lock (the kernel drops it on death)."""
+        lock = self.attempt_dir(attempt) / "lock"
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write a file so readers see either nothing or all of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def append_line(fd: int, prefix: bytes, line: bytes) -> None:
+    """Append one prefixed line with a single write (O_APPEND keeps ranks' lines whole)."""
+    if not line.endswith(b"\n"):
+        line += b"\n"
+    os.write(fd, prefix + line)
+
+
+def open_log(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)

@@ -1,0 +1,241 @@
+"""The wire contract between kernels, the control plane and the panel.
+
+Every object that crosses a process boundary is a pydantic model defined here. The
+control plane's OpenAPI schema is generated from these models, and so are the panel's
+TypeScript types: nothing is written twice.
+"""
+
+from __future__ import annotations
+
+import enum
+import keyword
+import re
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+MAX_INPUTS_BYTES = 64 * 1024 * 1024
+"""Largest pickled input bundle a job may carry (64 MiB). Ship bigger data by URL."""
+
+MAX_SOURCE_BYTES = 1024 * 1024
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_ENV_PREFIXES = ("CELLSCALE_", "SLURM_", "CUDA_VISIBLE_DEVICES", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_")
+
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+QueueName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Launcher(str, enum.Enum):
+    """How ranks start on the nodes."""
+
+    torchrun = "torchrun"
+    ray = "ray"
+    plain = "plain"
+
+
+class Phase(str, enum.Enum):
+    """Where a job is in its life. Terminal phases never change again."""
+
+    PENDING = "PENDING"
+    ADMITTED = "ADMITTED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    RECOVERING = "RECOVERING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_PHASES
+
+
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
+
+
+class AttemptState(str, enum.Enum):
+    """What the backend says about one submission. UNKNOWN means it did not answer."""
+
+    SUBMITTING = "SUBMITTING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    LOST = "LOST"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def ended(self) -> bool:
+        return self in {AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.CANCELLED, AttemptState.LOST}
+
+
+class Resources(Strict):
+    """The gang: every rank's resources, granted all at once or not at all."""
+
+    nodes: int = Field(1, ge=1, le=1024, description="Number of nodes.")
+    gpus_per_node: int = Field(0, ge=0, le=64, description="GPUs on each node (0: CPU-only job).")
+    timeout_min: int = Field(60, ge=1, le=60 * 24 * 14, description="Wall-clock limit in minutes.")
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+class JobSpec(Strict):
+    """What a user asks for. Validated completely before anything is stored."""
+
+    name: Name = "cell"
+    launcher: Launcher = Launcher.torchrun
+    resources: Resources = Field(default_factory=Resources)
+    queue: QueueName | None = Field(None, description="LocalQueue of the user's tenant; its default when absent.")
+    backend: Name | None = Field(None, description="Backend to run on; chosen by the queue when absent.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for every rank.")
+    source: str = Field(..., description="The cell's Python source.")
+    input_names: list[str] = Field(default_factory=list, description="Names bound from the inputs bundle.")
+    inputs_sha256: Sha256 | None = Field(None, description="Content address of the uploaded inputs bundle.")
+    outputs: list[str] = Field(default_factory=list, description="Variables returned from rank 0.")
+
+    @field_validator("source")
+    @classmethod
+    def _source_fits(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the cell is empty: put the code to run below the %%cluster line")
+        if len(value.encode()) > MAX_SOURCE_BYTES:
+            raise ValueError(f"the cell is larger than {MAX_SOURCE_BYTES} bytes")
+        return value
+
+    @field_validator("input_names", "outputs")
+    @classmethod
+    def _identifiers(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not _IDENT.match(name) or keyword.iskeyword(name):
+                raise ValueError(f"{name!r} is not a Python variable name")
+        if len(set(names)) != len(names):
+            raise ValueError("a variable is named twice")
+        return names
+
+    @field_validator("env")
+    @classmethod
+    def _env_keys(cls, env: dict[str, str]) -> dict[str, str]:
+        for key, value in env.items():
+            if not _ENV_KEY.match(key):
+                raise ValueError(f"environment variable name {key!r} is invalid (letters, digits, _)")
+            if key.startswith(_RESERVED_ENV_PREFIXES):
+                raise ValueError(f"environment variable {key!r} is set by cellscale itself; pick another name")
+            if "\0" in value or "\n" in value:
+                raise ValueError(f"environment variable {key!r} contains a newline or NUL")
+        return env
+
+    @model_validator(mode="after")
+    def _inputs_match(self) -> "JobSpec":
+        if bool(self.input_names) != bool(self.inputs_sha256):
+            raise ValueError("input_names and inputs_sha256 go together")
+        if self.launcher is Launcher.ray and self.resources.nodes > 1 and self.resources.gpus_per_node == 0:
+            raise ValueError("a multi-node Ray job needs --gpus-per-node")
+        return self
+
+
+class SubmitRequest(Strict):
+    spec: JobSpec
+
+
+class AttemptView(BaseModel):
+    number: int
+    backend: str
+    backend_ref: str | None
+    state: AttemptState
+    gpu_ids: list[int]
+    submitted_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    exit_code: int | None
+    end_reason: str | None
+    last_heartbeat: datetime | None
+
+
+class JobView(BaseModel):
+    """A job as its owner and tenant see it."""
+
+    id: str
+    name: str
+    owner: str
+    tenant: str
+    queue: str
+    backend: str
+    phase: Phase
+    reason: str | None = Field(None, description="Why the job is in its phase, in plain words.")
+    spec: JobSpec
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested: bool
+    result_available: bool
+    attempts: list[AttemptView]
+
+
+class JobPage(BaseModel):
+    items: list[JobView]
+    next_cursor: str | None = Field(None, description="Pass as cursor= to get the next page.")
+
+
+class EventView(BaseModel):
+    id: int
+    job_id: str
+    at: datetime
+    kind: str
+    attempt: int | None
+    from_phase: str | None
+    to_phase: str | None
+    reason: str | None
+    message: str | None
+    actor: str | None
+
+
+class LogChunk(BaseModel):
+    """A slice of a job's combined, rank-prefixed log. Offsets are bytes."""
+
+    offset: int
+    next_offset: int
+    text: str
+    complete: bool = Field(description="The job has ended and nothing more will be written.")
+
+
+class BundleRef(BaseModel):
+    sha256: Sha256
+    size: int
+
+
+class BackendView(BaseModel):
+    name: str
+    kind: str
+    capacity_gpus: int
+    max_nodes: int
+    gpus_per_node: int
+    launchers: list[Launcher]
+
+
+class WhoAmI(BaseModel):
+    user: str
+    tenant: str | None
+    tenants: list[str]
+    queues: list[str]
+    admin: bool
+
+
+class RenderView(BaseModel):
+    backend: str
+    script: str
+
+
+class ErrorBody(BaseModel):
+    detail: str
