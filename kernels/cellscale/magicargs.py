@@ -72,7 +72,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
-    p = _Parser(prog="%%cluster", add_help=False, exit_on_error=False)
+    p = _Parser(prog="%%cluster", add_help=False, exit_on_error=False, allow_abbrev=False)
     p.add_argument("--gpus", type=int)
     p.add_argument("--nodes", type=int)
     p.add_argument("--gpus-per-node", type=int)
@@ -97,7 +97,10 @@ def parse_line(line: str) -> MagicArgs:
         argv = shlex.split(line)
     except ValueError as exc:
         raise MagicUsageError(f"cannot read the %%cluster line: {exc}") from None
-    ns = PARSER.parse_args(argv)
+    try:
+        ns = PARSER.parse_args(argv)
+    except argparse.ArgumentError as exc:
+        raise MagicUsageError(f"{exc}; usage: {usage()}") from None
     env = {}
     for item in ns.env:
         key, sep, value = item.partition("=")
@@ -113,7 +116,7 @@ def parse_line(line: str) -> MagicArgs:
 
 
 def usage() -> str:
-    return PARSER.format_usage().replace("usage: ", "")
+    return " ".join(PARSER.format_usage().replace("usage: ", "").split())
 
 
 def _names(text: str) -> list[str]:

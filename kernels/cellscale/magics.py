@@ -64,7 +64,8 @@ class ClusterMagics(Magics):
     # -- %%cluster ---------------------------------------------------------------------------
     def _run_cell(self, line: str, cell: str):
         args = parse_line(line)
-        spec = args.to_spec(cell)  # validates everything but the inputs
+        unsent = "0" * 64 if args.inputs else None  # stands for the bundle until it is uploaded
+        spec = args.to_spec(cell, unsent)  # validates everything before anything is sent
         blob = pack_inputs(self.shell.user_ns, args.inputs) if args.inputs else None
         if args.dry_run:
             print(self.client.render(spec).script)

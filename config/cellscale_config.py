@@ -1,0 +1,15 @@
+# The control plane's configuration when the hub runs it as a managed service.
+# Class names are keys, as in JupyterHub. Environment variables override the demo defaults.
+import os
+from pathlib import Path
+
+here = Path(__file__).resolve().parent
+state = Path(os.environ.get("CELLSCALE_STATE_DIR", here.parent / "var"))
+
+c = get_config()  # noqa: F821
+c.ControlPlane.data_dir = str(state / "cellscale")
+c.ControlPlane.tenants_file = os.environ.get("CELLSCALE_TENANTS", str(here / "tenants.yaml"))
+if os.environ.get("CELLSCALE_DB_URL"):
+    c.ControlPlane.db_url = os.environ["CELLSCALE_DB_URL"]  # e.g. postgresql+psycopg://cellscale@127.0.0.1/cellscale
+c.ControlPlane.backends = {"local": "local"}
+c.LocalDriver.gpus = int(os.environ.get("CELLSCALE_LOCAL_GPUS", "4"))

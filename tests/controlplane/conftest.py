@@ -1,0 +1,82 @@
+"""A control plane in-process (FastAPI TestClient) over a real store and a real local backend.
+
+Tokens map to principals through a small identity table (the hub-backed identity is tested
+in tests/integration against a real JupyterHub)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from cellscale.spec import Phase
+from cellscale_hub.api import build_app
+from cellscale_hub.api.context import Context
+from cellscale_hub.auth import ALL_SCOPES, SCOPE_READ, Identity, Principal, Unauthenticated
+from cellscale_hub.controller import Controller
+from cellscale_hub.drivers.local import LocalDriver
+from cellscale_hub.tenancy import Tenancy
+
+USERS = {
+    "alice": Principal("alice", ("desk-a",), ALL_SCOPES),
+    "carol": Principal("carol", ("desk-a",), ALL_SCOPES),
+    "bob": Principal("bob", ("desk-b", "chess-club"), ALL_SCOPES),
+    "dave": Principal("dave", (), ALL_SCOPES),
+    "reader": Principal("reader", ("desk-a",), frozenset({SCOPE_READ})),
+    "admin": Principal("admin", (), ALL_SCOPES, admin=True),
+}
+TENANCY = Tenancy.model_validate({"tenants": {
+    "desk-a": {"queues": {"default": {"backend": "local"}, "research": {"backend": "local"}}},
+    "desk-b": {"queues": {"default": {"backend": "local"}}},
+}})
+
+
+class TableIdentity(Identity):
+    def principal(self, token: str) -> Principal:
+        if token not in USERS:
+            raise Unauthenticated("invalid token")
+        return USERS[token]
+
+
+class Plane:
+    def __init__(self, tmp_path, store, gpus=4):
+        self.jobs_root, self.bundles = tmp_path / "jobs", tmp_path / "bundles"
+        self.jobs_root.mkdir()
+        self.bundles.mkdir()
+        self.store = store
+        self.driver = LocalDriver(name="local", gpus=gpus)
+        self.controller = Controller(store, {"local": self.driver}, self.jobs_root, self.bundles)
+        ctx = Context(store=store, controller=self.controller, drivers={"local": self.driver}, tenancy=TENANCY,
+                      identity=TableIdentity(), jobs_root=self.jobs_root, bundles_root=self.bundles, prefix="/")
+        self.http = TestClient(build_app(ctx))
+
+    def as_(self, user: str) -> dict:
+        return {"Authorization": f"token {user}"}
+
+    def submit(self, user="alice", source="print('hi')", key=None, **spec):
+        headers = self.as_(user) | ({"Idempotency-Key": key} if key else {})
+        body = {"spec": {"source": source, "launcher": "plain", **spec}}
+        return self.http.post("/api/jobs", json=body, headers=headers)
+
+    def restart(self):
+        """A new controller and driver over the same store and job dirs: what kill -9 leaves."""
+        self.driver = LocalDriver(name="local", gpus=self.driver.gpus)
+        self.controller = Controller(self.store, {"local": self.driver}, self.jobs_root, self.bundles)
+        self.http.app.state.ctx.controller = self.controller
+        self.http.app.state.ctx.drivers = {"local": self.driver}
+
+    def run_until(self, job_id, phases, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.controller.cycle()
+            job = self.http.get(f"/api/jobs/{job_id}", headers=self.as_("admin")).json()
+            if Phase(job["phase"]) in phases:
+                return job
+            time.sleep(0.2)
+        raise AssertionError(f"{job_id} stayed {job['phase']} ({job['reason']})")
+
+
+@pytest.fixture
+def plane(tmp_path, store):
+    return Plane(tmp_path, store)

@@ -1,0 +1,109 @@
+"""Authentication and tenant authorization on every route."""
+
+import pytest
+
+
+def test_every_route_requires_a_token(plane):
+    for method, path in [("get", "/api/jobs"), ("get", "/api/jobs/cs-x"), ("post", "/api/jobs"),
+                         ("get", "/api/whoami"), ("post", "/api/bundles"), ("get", "/api/backends")]:
+        assert getattr(plane.http, method)(path).status_code == 401, path
+        response = getattr(plane.http, method)(path, headers={"Authorization": "token forged"})
+        assert response.status_code == 401, path
+
+
+def test_whoami_resolves_tenant_from_groups(plane):
+    me = plane.http.get("/api/whoami", headers=plane.as_("bob")).json()
+    assert me == {"user": "bob", "tenant": "desk-b", "tenants": ["desk-b"], "queues": ["default"], "admin": False}
+
+
+def test_other_tenants_jobs_are_invisible_and_untouchable(plane):
+    job = plane.submit("alice").json()
+    for path in (f"/api/jobs/{job['id']}", f"/api/jobs/{job['id']}/events", f"/api/jobs/{job['id']}/logs"):
+        assert plane.http.get(path, headers=plane.as_("bob")).status_code == 404
+    assert plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("bob")).status_code == 404
+    assert plane.http.get("/api/jobs?scope=tenant", headers=plane.as_("bob")).json()["items"] == []
+
+
+def test_desk_mates_see_but_cannot_cancel(plane):
+    job = plane.submit("alice").json()
+    assert plane.http.get(f"/api/jobs/{job['id']}", headers=plane.as_("carol")).status_code == 200
+    assert [j["id"] for j in plane.http.get("/api/jobs?scope=tenant", headers=plane.as_("carol")).json()["items"]] == [job["id"]]
+    assert plane.http.get("/api/jobs?scope=mine", headers=plane.as_("carol")).json()["items"] == []
+    response = plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("carol"))
+    assert response.status_code == 403 and "belongs to alice" in response.json()["detail"]
+
+
+def test_admin_sees_all_and_others_may_not_ask(plane):
+    plane.submit("alice")
+    plane.submit("bob")
+    assert len(plane.http.get("/api/jobs?scope=all", headers=plane.as_("admin")).json()["items"]) == 2
+    assert plane.http.get("/api/jobs?scope=all", headers=plane.as_("alice")).status_code == 403
+
+
+def test_scopes_are_enforced(plane):
+    response = plane.submit("reader")
+    assert response.status_code == 403 and "custom:cellscale:submit" in response.json()["detail"]
+
+
+def test_user_without_a_desk_is_told_what_to_do(plane):
+    response = plane.submit("dave")
+    assert response.status_code == 403 and "in no tenant group" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "message"),
+    [
+        ({"resources": {"gpus_per_node": 5}}, 422, "ask for at most --gpus 4"),
+        ({"resources": {"nodes": 2, "gpus_per_node": 1}}, 422, "this one machine"),
+        ({"queue": "nosuch"}, 422, "its queues are: default, research"),
+        ({"backend": "mars"}, 422, "unknown backend 'mars'"),
+        ({"launcher": "mpi"}, 422, "launcher"),
+        ({"gpus": 2}, 422, "Extra inputs"),
+        ({"input_names": ["x"], "inputs_sha256": "c" * 64}, 422, "was not uploaded"),
+    ],
+)
+def test_impossible_requests_are_refused_and_nothing_is_stored(plane, spec, status, message):
+    response = plane.submit("alice", **spec)
+    assert response.status_code == status and message in response.text
+    assert plane.http.get("/api/jobs", headers=plane.as_("alice")).json()["items"] == []
+
+
+def test_idempotent_submit(plane):
+    first = plane.submit("alice", key="abc")
+    again = plane.submit("alice", key="abc")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["id"] == again.json()["id"]
+    assert len(plane.http.get("/api/jobs", headers=plane.as_("alice")).json()["items"]) == 1
+    conflict = plane.submit("alice", key="abc", source="print('other')")
+    assert conflict.status_code == 409 and "different job" in conflict.json()["detail"]
+
+
+def test_bundles_are_content_addressed_and_size_limited(plane, monkeypatch):
+    first = plane.http.post("/api/bundles", content=b"abc", headers=plane.as_("alice")).json()
+    again = plane.http.post("/api/bundles", content=b"abc", headers=plane.as_("alice")).json()
+    assert first == again and first["size"] == 3
+    monkeypatch.setattr("cellscale_hub.api.routes.MAX_INPUTS_BYTES", 10)
+    response = plane.http.post("/api/bundles", content=b"x" * 11, headers=plane.as_("alice"))
+    assert response.status_code == 413
+
+
+def test_pending_cancel_and_events(plane):
+    job = plane.submit("alice").json()
+    cancelled = plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice")).json()
+    assert cancelled["phase"] == "CANCELLED"
+    events = plane.http.get(f"/api/jobs/{job['id']}/events", headers=plane.as_("alice")).json()
+    assert [(e["kind"], e["to_phase"]) for e in events] == [("phase", "PENDING"), ("cancel", None), ("phase", "CANCELLED")]
+
+
+def test_openapi_schema_describes_the_api(plane):
+    schema = plane.http.get("/api/openapi.json").json()
+    assert {"/api/jobs", "/api/jobs/{job_id}", "/api/jobs/{job_id}/logs", "/api/jobs/{job_id}/cancel",
+            "/api/jobs/{job_id}/events", "/api/jobs/{job_id}/result", "/api/bundles"} <= set(schema["paths"])
+    assert "JobView" in schema["components"]["schemas"]
+
+
+def test_dry_run_renders_without_storing(plane):
+    body = {"spec": {"source": "x = 1", "resources": {"gpus_per_node": 2}}}
+    script = plane.http.post("/api/render", json=body, headers=plane.as_("alice")).json()["script"]
+    assert "cellscale.runtime.supervisor" in script and "--nproc-per-node=2" in script
+    assert plane.http.get("/api/jobs", headers=plane.as_("alice")).json()["items"] == []

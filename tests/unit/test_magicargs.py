@@ -1,0 +1,60 @@
+import pytest
+
+from cellscale.magicargs import MagicUsageError, parse_line
+from cellscale.spec import Launcher
+
+
+@pytest.mark.parametrize(
+    ("line", "nodes", "per_node"),
+    [
+        ("--gpus 2", 1, 2),
+        ("--gpus 16 --nodes 2", 2, 8),
+        ("--gpus 16 --gpus-per-node 8", 2, 8),
+        ("--nodes 2 --gpus-per-node 4", 2, 4),
+        ("", 1, 0),
+    ],
+)
+def test_shapes(line, nodes, per_node):
+    res = parse_line(line).resources()
+    assert (res.nodes, res.gpus_per_node) == (nodes, per_node)
+
+
+def test_every_flag():
+    args = parse_line(
+        "--gpus 4 --launcher ray --backend local --queue default --name sweep-1 --time 5 "
+        "--env A=1 --env B=x=y --inputs df,lr --outputs loss,acc --detach --dry-run"
+    )
+    assert args.launcher is Launcher.ray
+    assert args.env == {"A": "1", "B": "x=y"}
+    assert (args.inputs, args.outputs) == (["df", "lr"], ["loss", "acc"])
+    assert args.detach and args.dry_run
+    spec = args.to_spec("x = 1", inputs_sha256="a" * 64)
+    assert spec.resources.timeout_min == 5 and spec.queue == "default" and spec.name == "sweep-1"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--gpu 2", "did you mean --gpus"),
+        ("--gpus 0", "--gpus must be at least 1"),
+        ("--gpus two", "invalid int value"),
+        ("--gpus 3 --nodes 2", "does not split evenly"),
+        ("--gpus 4 --nodes 2 --gpus-per-node 4", "is not --nodes 2"),
+        ("--launcher mpi", "invalid choice"),
+        ("--env NOEQUALS", "is not KEY=VALUE"),
+        ("--name 'a b'", "name"),
+        ("--outputs 1x", "not a Python variable name"),
+        ("--outputs class", "not a Python variable name"),
+        ("--env CUDA_VISIBLE_DEVICES=3", "set by cellscale itself"),
+        ("--queue Bad_Queue", "queue"),
+        ('--name "unclosed', "cannot read"),
+    ],
+)
+def test_bad_lines_say_what_to_change(line, message):
+    with pytest.raises(MagicUsageError, match=message):
+        parse_line(line).to_spec("x = 1")
+
+
+def test_empty_cell_is_refused():
+    with pytest.raises(MagicUsageError, match="the cell is empty"):
+        parse_line("--gpus 1").to_spec("   \n")

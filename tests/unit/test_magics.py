@@ -1,0 +1,142 @@
+"""The magic in a bare IPython InteractiveShell, with a recording client: checks that bad
+input is refused before anything is sent, and that results land in the namespace."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import cloudpickle
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from cellscale.bundle import InputError, pack_inputs
+from cellscale.magics import ClusterMagics, JobFailed
+from cellscale.spec import JobView, LogChunk, Phase, RenderView
+
+NOW = datetime.now(timezone.utc)
+
+
+class RecordingClient:
+    def __init__(self, phase=Phase.SUCCEEDED, outputs=None):
+        self.calls, self.phase, self.outputs = [], phase, outputs or {}
+        self.spec = None
+
+    def render(self, spec):
+        self.calls.append("render")
+        return RenderView(backend="local", script="#!/bin/sh\nexec supervisor\n")
+
+    def upload_inputs(self, blob):
+        self.calls.append("upload")
+        self.blob = blob
+        return type("Ref", (), {"sha256": "b" * 64})()
+
+    def submit(self, spec):
+        self.calls.append("submit")
+        self.spec = spec
+        return self._view()
+
+    def get(self, job_id):
+        return self._view()
+
+    def follow_logs(self, job_id, offset=0):
+        yield LogChunk(offset=0, next_offset=20, text="[rank 0] hello\n", complete=False)
+        yield LogChunk(offset=20, next_offset=20, text="", complete=True)
+
+    def result(self, job_id):
+        self.calls.append("result")
+        return self.outputs
+
+    def _view(self):
+        return JobView(id="cs-000000000001", name="cell", owner="alice", tenant="desk-a", queue="default",
+                       backend="local", phase=self.phase, reason="because", spec=self.spec, created_at=NOW,
+                       updated_at=NOW, started_at=NOW, finished_at=NOW, cancel_requested=False,
+                       result_available=bool(self.outputs), attempts=[])
+
+
+@pytest.fixture
+def shell():
+    sh = InteractiveShell()
+    yield sh
+    sh.clear_instance()
+
+
+def run(shell, client, line, cell="x = 1\n"):
+    shell.register_magics(ClusterMagics(shell, client=client))
+    return shell.run_cell(f"%%cluster {line}\n{cell}")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [("--gpu 2", "did you mean --gpus"), ("--gpus 0", "at least 1"), ("--launcher mpi", "invalid choice")],
+)
+def test_bad_flags_send_nothing(shell, line, message, capsys):
+    client = RecordingClient()
+    result = run(shell, client, line)
+    assert not result.success and message in str(result.error_in_exec)
+    assert client.calls == []
+
+
+def test_unpicklable_input_is_refused_before_submit(shell):
+    shell.user_ns["gen"] = (i for i in range(3))
+    client = RecordingClient()
+    result = run(shell, client, "--inputs gen")
+    assert "gen: a generator cannot be pickled" in str(result.error_in_exec)
+    assert client.calls == []
+
+
+def test_undefined_input_is_named(shell):
+    client = RecordingClient()
+    result = run(shell, client, "--inputs nothere")
+    assert "nothere, not defined" in str(result.error_in_exec)
+    assert client.calls == []
+
+
+def test_oversized_inputs_are_refused_with_the_biggest_named():
+    with pytest.raises(InputError, match="largest: big"):
+        pack_inputs({"big": b"x" * 5000, "small": 1}, ["big", "small"], limit=1000)
+
+
+def test_inputs_round_trip_by_name():
+    blob = pack_inputs({"lr": 0.1, "f": lambda v: v * 2}, ["lr", "f"])
+    loaded = cloudpickle.loads(blob)
+    assert loaded["lr"] == 0.1 and loaded["f"](2) == 4
+
+
+def test_dry_run_renders_and_submits_nothing(shell, capsys):
+    client = RecordingClient()
+    assert run(shell, client, "--gpus 2 --dry-run").success
+    assert client.calls == ["render"]
+    assert "exec supervisor" in capsys.readouterr().out
+
+
+def test_detach_prints_how_to_reattach(shell, capsys):
+    client = RecordingClient()
+    assert run(shell, client, "--gpus 1 --detach").success
+    assert client.calls == ["submit"]
+    assert "%cluster attach cs-000000000001" in capsys.readouterr().out
+
+
+def test_attached_cell_streams_logs_and_sets_outputs(shell, capsys):
+    shell.user_ns["lr"] = 0.5
+    client = RecordingClient(outputs={"loss": 0.25})
+    assert run(shell, client, "--gpus 2 --inputs lr --outputs loss", "loss = lr / 2\n").success
+    out = capsys.readouterr().out
+    assert "[rank 0] hello" in out and "SUCCEEDED" in out
+    assert shell.user_ns["loss"] == 0.25
+    assert client.calls == ["upload", "submit", "result"]
+    assert client.spec.input_names == ["lr"] and client.spec.inputs_sha256 == "b" * 64
+
+
+def test_failed_job_raises_with_its_reason(shell):
+    client = RecordingClient(phase=Phase.FAILED)
+    result = run(shell, client, "--gpus 1")
+    assert isinstance(result.error_in_exec, JobFailed)
+    assert "failed: because" in str(result.error_in_exec)
+
+
+def test_line_magic_usage(shell):
+    shell.register_magics(ClusterMagics(shell, client=RecordingClient()))
+    result = shell.run_cell("%cluster frobnicate")
+    assert "unknown %cluster command 'frobnicate'" in str(result.error_in_exec)
+    result = shell.run_cell("%cluster status")
+    assert "needs one job id" in str(result.error_in_exec)
