@@ -102,8 +102,7 @@ class LocalDriver(Driver):
             return Observation(AttemptState.RUNNING if beat else AttemptState.STARTING, heartbeat=heartbeat)
         if jd.started(ref.number):
             return Observation(AttemptState.LOST, reason="the supervisor died without writing an exit record")
-        submitted = ref.submitted_at.timestamp() if ref.submitted_at else 0
-        if time.time() - submitted < self.start_grace_seconds:
+        if ref.submitted_at is None or time.time() - ref.submitted_at.timestamp() < self.start_grace_seconds:
             return Observation(AttemptState.SUBMITTING)
         return Observation(AttemptState.LOST, reason=f"the supervisor never started within {self.start_grace_seconds:.0f}s")
 

@@ -1,0 +1,142 @@
+"""The controller over the real local backend: real supervisor, ranks and processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import cloudpickle
+
+from cellscale.spec import Phase
+
+TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED}
+
+COUNTING = """
+import time
+for i in range(8):
+    print(f"line {i}", flush=True)
+    time.sleep(0.4)
+total = 28
+"""
+
+
+def log_of(plane, job_id, user="alice"):
+    return plane.http.get(f"/api/jobs/{job_id}/logs", headers=plane.as_(user)).json()
+
+
+def test_job_runs_and_returns_outputs(plane):
+    job = plane.submit(source="x = 6 * 7\nprint('answer', x)", outputs=["x"]).json()
+    done = plane.run_until(job["id"], TERMINAL)
+    assert done["phase"] == "SUCCEEDED" and done["result_available"]
+    assert "[rank 0] answer 42" in log_of(plane, job["id"])["text"]
+    result = plane.http.get(f"/api/jobs/{job['id']}/result", headers=plane.as_("alice"))
+    assert cloudpickle.loads(result.content) == {"x": 42}
+    events = plane.http.get(f"/api/jobs/{job['id']}/events", headers=plane.as_("alice")).json()
+    phases = [e["to_phase"] for e in events if e["kind"] == "phase"]
+    assert phases[:3] == ["PENDING", "ADMITTED", "STARTING"] and phases[-1] == "SUCCEEDED"
+
+
+def test_restart_mid_job_neither_loses_nor_reruns_it(plane):
+    job = plane.submit(source=COUNTING).json()
+    plane.run_until(job["id"], {Phase.RUNNING})
+    plane.restart()  # a new controller and driver: all in-memory state is gone
+    done = plane.run_until(job["id"], TERMINAL)
+    assert done["phase"] == "SUCCEEDED" and len(done["attempts"]) == 1
+    text = log_of(plane, job["id"])["text"]
+    assert [line for line in text.splitlines() if line.startswith("[rank 0] line")] == [
+        f"[rank 0] line {i}" for i in range(8)
+    ]
+
+
+def test_death_between_admit_and_submit_is_recovered_once(plane, monkeypatch):
+    job = plane.submit(source="print('ran')").json()
+    monkeypatch.setattr(plane.controller, "launch", lambda *a: None)  # dies right after admitting
+    plane.controller.cycle()
+    monkeypatch.undo()
+    plane.restart()
+    done = plane.run_until(job["id"], TERMINAL)
+    assert done["phase"] == "SUCCEEDED" and len(done["attempts"]) == 1
+    assert log_of(plane, job["id"])["text"].count("[rank 0] ran") == 1
+
+
+def test_a_supervisor_never_runs_an_attempt_twice(plane):
+    job = plane.submit(source="print('once')").json()
+    plane.run_until(job["id"], TERMINAL)
+    job_dir = plane.jobs_root / job["id"]
+    again = subprocess.run([sys.executable, "-m", "cellscale.runtime.supervisor", str(job_dir), "1"], timeout=60)
+    assert again.returncode == 0
+    assert log_of(plane, job["id"])["text"].count("[rank 0] once") == 1
+
+
+def test_user_error_fails_with_the_traceback(plane):
+    job = plane.submit(source="x = 1\nraise ValueError('bad input data')").json()
+    done = plane.run_until(job["id"], TERMINAL)
+    assert done["phase"] == "FAILED" and "ValueError: bad input data" in done["reason"]
+    assert len(done["attempts"]) == 1 and done["attempts"][0]["end_reason"].startswith("rank 0: ValueError")
+    text = log_of(plane, job["id"])["text"]
+    assert "Traceback" in text and "cell.py\", line 2" in text and "runtime/cell.py" not in text
+
+
+def test_missing_output_is_a_clear_failure(plane):
+    job = plane.submit(source="y = 1", outputs=["loss"]).json()
+    done = plane.run_until(job["id"], TERMINAL)
+    assert done["phase"] == "FAILED" and "--outputs names loss, which the cell never defined" in done["reason"]
+
+
+def test_cancel_stops_the_processes(plane):
+    job = plane.submit(source="import time\nprint('up', flush=True)\ntime.sleep(300)").json()
+    plane.run_until(job["id"], {Phase.RUNNING})
+    started = (plane.jobs_root / job["id"] / "attempts" / "1" / "started").read_text()
+    pid = int(__import__("json").loads(started)["pid"])
+    assert plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice")).status_code == 200
+    done = plane.run_until(job["id"], TERMINAL, timeout=60)
+    assert done["phase"] == "CANCELLED"
+    assert not _alive(pid)
+
+
+def test_gangs_get_disjoint_gpus_and_wait_all_or_nothing(plane):
+    show = "import os, time\nprint('gpus', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\ntime.sleep(2)"
+    a = plane.submit(source=show, resources={"gpus_per_node": 3}).json()
+    b = plane.submit(source=show, resources={"gpus_per_node": 2}).json()
+    plane.run_until(a["id"], {Phase.RUNNING})
+    waiting = plane.http.get(f"/api/jobs/{b['id']}", headers=plane.as_("alice")).json()
+    assert waiting["phase"] == "PENDING" and "2 GPU(s)" in waiting["reason"] and "1 of 4 free" in waiting["reason"]
+    plane.run_until(b["id"], TERMINAL)
+    assert "[rank 0] gpus 0,1,2" in log_of(plane, a["id"])["text"]
+    assert "[rank 0] gpus 0,1" in log_of(plane, b["id"])["text"]
+
+
+def test_torchrun_ranks_each_see_their_own_gpu(plane):
+    cell = (
+        "import os, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "print('rank', dist.get_rank(), 'of', dist.get_world_size(), 'gpu', os.environ['CUDA_VISIBLE_DEVICES'])\n"
+        "dist.destroy_process_group()\n"
+    )
+    job = plane.submit(source=cell, launcher="torchrun", resources={"gpus_per_node": 2}).json()
+    done = plane.run_until(job["id"], TERMINAL)
+    text = log_of(plane, job["id"])["text"]
+    assert done["phase"] == "SUCCEEDED", text
+    assert "[rank 0] rank 0 of 2 gpu 0" in text and "[rank 1] rank 1 of 2 gpu 1" in text
+
+
+def test_logs_resume_from_an_offset(plane):
+    job = plane.submit(source="for i in range(3): print('n', i)").json()
+    plane.run_until(job["id"], TERMINAL)
+    whole = log_of(plane, job["id"])
+    middle = whole["text"].index("[rank 0] n 1")
+    rest = plane.http.get(f"/api/jobs/{job['id']}/logs?offset={len(whole['text'][:middle].encode())}",
+                          headers=plane.as_("alice")).json()
+    assert rest["text"].startswith("[rank 0] n 1") and rest["complete"]
+    assert rest["next_offset"] == whole["next_offset"]
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+
+
