@@ -149,6 +149,7 @@ class ControlPlane(Application):
         controller.start()
         host, port = sock.getsockname()[:2]
         url = f"http://{host}:{port}{prefix}"
+        write_atomic(data / "control-plane.pid", str(os.getpid()).encode())
         if self.personal:
             write_atomic(data / "server.json", json.dumps({"url": url, "token": token, "pid": os.getpid()}).encode())
             os.chmod(data / "server.json", 0o600)

@@ -16,12 +16,13 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from cellscale.bundle import InputError, pack_inputs
-from cellscale.client import ApiError, Client
+from cellscale.client import RETRYABLE, ApiError, Client
 from cellscale.display import make_view, status_line
 from cellscale.magicargs import MagicUsageError, parse_line, usage
 from cellscale.spec import JobView, Phase
 
 STATUS_REFRESH_SECONDS = 1.0
+RECONNECT_SECONDS = 180.0
 
 
 class JobFailed(Exception):
@@ -100,7 +101,7 @@ class ClusterMagics(Magics):
                     view.log(item.text)
                 done = item is not None and item.complete
                 if done or time.monotonic() - refreshed > STATUS_REFRESH_SECONDS:
-                    job, refreshed = self.client.get(job_id), time.monotonic()
+                    job, refreshed = self._refresh(job, wait=done), time.monotonic()
                     view.status(job)
                 if done:
                     break
@@ -112,6 +113,20 @@ class ClusterMagics(Magics):
             stop.set()
             view.close()
         return self._finish(job)
+
+    def _refresh(self, job: JobView, wait: bool) -> JobView:
+        """The job's newest state; while the control plane restarts, the last one seen
+        (or, when `wait`, keep trying for as long as the log stream would)."""
+        deadline = time.monotonic() + (RECONNECT_SECONDS if wait else 0)
+        while True:
+            try:
+                return self.client.get(job.id)
+            except RETRYABLE:
+                if time.monotonic() >= deadline:
+                    if wait:
+                        raise
+                    return job
+                time.sleep(1.0)
 
     def _follow(self, job_id: str, chunks: queue.Queue, stop: threading.Event) -> None:
         try:

@@ -1,0 +1,155 @@
+"""One real JupyterHub for all integration tests (with the control plane as its managed
+service, configurable-http-proxy from npm, and real user servers), started once per session.
+
+Fixtures: `hub` (URLs, admin API, state dir), `token(user)`, `server(user)`, `kernel(user)`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.kernel import RemoteKernel
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = Path(__file__).with_name("jupyterhub_test_config.py")
+USER_SCOPES = ["custom:cellscale:submit", "custom:cellscale:read", "access:services!service=cellscale"]
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Hub:
+    url: str
+    service_url: str
+    state: Path
+    admin: httpx.Client
+
+    @property
+    def data_dir(self) -> Path:
+        return self.state / "cellscale"
+
+    def control_plane_pid(self) -> int:
+        return int((self.data_dir / "control-plane.pid").read_text())
+
+    def wait_for_service(self, timeout: float = 90) -> None:
+        _wait(f"{self.service_url}/api/health", timeout)
+
+
+def _wait(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"{url} not up within {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def hub(tmp_path_factory):
+    state = tmp_path_factory.mktemp("hubstate")
+    ports = {name: free_port() for name in ("hub", "api", "proxy", "service")}
+    admin_token = secrets.token_hex(16)
+    env = dict(
+        os.environ,
+        CELLSCALE_STATE_DIR=str(state),
+        CELLSCALE_HUB_URL=f"http://127.0.0.1:{ports['hub']}",
+        CELLSCALE_HUB_API_URL=f"http://127.0.0.1:{ports['api']}",
+        CELLSCALE_PROXY_API_URL=f"http://127.0.0.1:{ports['proxy']}",
+        CELLSCALE_SERVICE_PORT=str(ports["service"]),
+        CELLSCALE_TEST_ADMIN_TOKEN=admin_token,
+        CELLSCALE_LOCAL_GPUS="4",
+    )
+    log = open(state / "jupyterhub.log", "wb")
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("jupyterhub")), "-f", str(CONFIG)], cwd=state, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{ports['hub']}"
+    admin = httpx.Client(base_url=f"{url}/hub/api/", headers={"Authorization": f"token {admin_token}"}, timeout=30)
+    the_hub = Hub(url=url, service_url=f"{url}/services/cellscale", state=state, admin=admin)
+    try:
+        _wait(f"{url}/hub/api/", 90)
+        the_hub.wait_for_service()
+        yield the_hub
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        print((state / "jupyterhub.log").read_text()[-3000:])
+
+
+@pytest.fixture(scope="session")
+def token(hub):
+    made: dict[str, str] = {}
+
+    def make(user: str, scopes: list[str] | None = None) -> str:
+        key = f"{user}:{scopes}"
+        if key not in made:
+            if scopes is None:
+                scopes = [*USER_SCOPES, f"access:servers!user={user}"]
+            response = hub.admin.post(f"users/{user}/tokens", json={"scopes": scopes, "note": "tests"})
+            made[key] = response.raise_for_status().json()["token"]
+        return made[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def server(hub):
+    started: set[str] = set()
+
+    def start(user: str) -> None:
+        if user in started:
+            return
+        response = hub.admin.post(f"users/{user}/server")
+        assert response.status_code in (201, 202, 400), response.text
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            model = hub.admin.get(f"users/{user}").json()
+            if model.get("servers", {}).get("", {}).get("ready"):
+                started.add(user)
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"{user}'s server did not start")
+
+    return start
+
+
+@pytest.fixture
+def kernel(hub, token, server):
+    kernels = []
+
+    def open_kernel(user: str) -> RemoteKernel:
+        server(user)
+        k = RemoteKernel(hub.url, user, token(user))
+        kernels.append(k)
+        return k
+
+    yield open_kernel
+    for k in kernels:
+        k.close()
+
+
+def api(hub: Hub, token: str) -> httpx.Client:
+    return httpx.Client(base_url=f"{hub.service_url}/api/", headers={"Authorization": f"token {token}"}, timeout=30)

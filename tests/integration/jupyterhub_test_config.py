@@ -1,0 +1,13 @@
+# The demo hub configuration, plus an admin service whose token the tests use to create
+# users' tokens and start their servers.
+import os
+from pathlib import Path
+
+load_subconfig(str(Path(__file__).resolve().parents[2] / "config" / "jupyterhub_config.py"))  # noqa: F821
+
+c = get_config()  # noqa: F821
+c.JupyterHub.services.append({"name": "test-admin", "api_token": os.environ["CELLSCALE_TEST_ADMIN_TOKEN"]})
+c.JupyterHub.load_roles.append(
+    {"name": "test-admin", "services": ["test-admin"], "scopes": ["admin:users", "admin:servers", "tokens", "access:servers", "list:users", "read:users"]}
+)
+c.Authenticator.allowed_users |= {"erin"}
