@@ -101,8 +101,9 @@ def main() -> None:
             order = [("raw", raw), ("ours", ours)] if rep % 2 == 0 else [("ours", ours), ("raw", raw)]
             for kind, out in order:
                 out.append(run_raw(script) if kind == "raw" else run_ours(client))
-            print(f"rep {rep + 1}/{reps}: ours first={ours[-1]['first_rank_line_s']:.2f}s total={ours[-1]['total_s']:.2f}s"
-                  f" | raw first={raw[-1]['first_rank_line_s']:.2f}s total={raw[-1]['total_s']:.2f}s")
+            o, r = ours[-1], raw[-1]
+            print(f"rep {rep + 1}/{reps}: ours first={o['first_rank_line_s']:.2f}s total={o['total_s']:.2f}s"
+                  f" | raw first={r['first_rank_line_s']:.2f}s total={r['total_s']:.2f}s")
         client.close()
 
     summary = {}

@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from _common import REPO, control_plane, median, percentile, print_table, ratio, write_results
@@ -102,7 +103,7 @@ def bench_store(db_url: str, submits: int, threads: int) -> dict:
         flood_ids = [job_id for _, job_id, _ in warm + done]
         cancel_wall = cancel_all(cp.url, cp.token, flood_ids, threads)
         client.cancel(blocker.id)
-        wait_for(client, blocker.id, {Phase.CANCELLED, Phase.FAILED, Phase.SUCCEEDED})
+        blocker_phase = wait_for(client, blocker.id, {Phase.CANCELLED, Phase.FAILED, Phase.SUCCEEDED})
         client.close()
     latencies = [lat for lat, _, _ in done]
     not_pending = sum(1 for _, _, phase in done if phase is not Phase.PENDING)
@@ -113,11 +114,11 @@ def bench_store(db_url: str, submits: int, threads: int) -> dict:
         "latency_max_s": max(latencies),
         "latency_p50_first_10pct_s": median(latencies[:tenth]), "latency_p50_last_10pct_s": median(latencies[-tenth:]),
         "accepted_not_pending": not_pending, "pending_after_flood": still_pending,
-        "cancels_per_s": len(flood_ids) / cancel_wall,
+        "cancels_per_s": len(flood_ids) / cancel_wall, "blocker_final_phase": blocker_phase.value,
     }
 
 
-def postgres_database() -> tuple[str, callable]:
+def postgres_database() -> tuple[str, Callable[[], object]]:
     """A fresh database on the test PostgreSQL server: (url, drop)."""
     base = make_url(subprocess.run([str(REPO / "scripts" / "postgres")], capture_output=True, text=True,
                                    check=True).stdout.strip().splitlines()[-1])

@@ -157,6 +157,8 @@ class ControlPlane(Application):
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False))
         try:
             server.run(sockets=[sock])
+        except KeyboardInterrupt:  # the hub stops its services with SIGINT/SIGTERM
+            pass
         finally:
             controller.stop()
             store.dispose()
