@@ -1,0 +1,110 @@
+"""`cellscale`: the command line.
+
+    cellscale serve [control-plane options]      run a control plane (see --help-all)
+    cellscale submit FILE [%%cluster options]    run a Python file as a job (follows it unless --detach)
+    cellscale list [--scope mine|tenant|all]
+    cellscale status ID | logs ID [-f] | cancel ID
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from cellscale.client import ApiError, Client
+from cellscale.display import TextView, status_line
+from cellscale.magicargs import MagicUsageError, parse_line
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        os.execv(sys.executable, [sys.executable, "-m", "cellscale_hub", *argv[1:]])
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command != "submit" and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        return args.run(args, rest)
+    except (ApiError, MagicUsageError, RuntimeError) as exc:
+        print(f"cellscale: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ncellscale: detached; the job keeps running", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cellscale", description="Run notebook cells and scripts as cluster jobs.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="run a control plane (python -m cellscale_hub)")
+    s = sub.add_parser("submit", help="run a Python file as a job; options as %%%%cluster")
+    s.add_argument("file", type=Path)
+    s.set_defaults(run=_submit)
+    ls = sub.add_parser("list", help="your jobs (or your desk's)")
+    ls.add_argument("--scope", choices=["mine", "tenant", "all"], default="mine")
+    ls.add_argument("--phase")
+    ls.set_defaults(run=_list)
+    for name, run in (("status", _status), ("logs", _logs), ("cancel", _cancel)):
+        c = sub.add_parser(name)
+        c.add_argument("job_id")
+        if name == "logs":
+            c.add_argument("-f", "--follow", action="store_true")
+        c.set_defaults(run=run)
+    return p
+
+
+def _submit(args, rest: list[str]) -> int:
+    options = parse_line(" ".join(rest))
+    spec = options.to_spec(args.file.read_text())
+    if options.inputs:
+        raise MagicUsageError("--inputs names notebook variables; a script reads its own data")
+    client = Client.from_env()
+    if options.dry_run:
+        print(client.render(spec).script, end="")
+        return 0
+    job = client.submit(spec)
+    print(job.id)
+    if options.detach:
+        return 0
+    view = TextView(sys.stderr)
+    for chunk in client.follow_logs(job.id):
+        sys.stdout.write(chunk.text)
+        sys.stdout.flush()
+    job = client.get(job.id)
+    view.status(job)
+    return 0 if job.phase.value == "SUCCEEDED" else 1
+
+
+def _list(args, _rest) -> int:
+    for job in Client.from_env().list(scope=args.scope, phase=args.phase).items:
+        print(status_line(job))
+    return 0
+
+
+def _status(args, _rest) -> int:
+    job = Client.from_env().get(args.job_id)
+    print(job.model_dump_json(indent=2))
+    return 0
+
+
+def _logs(args, _rest) -> int:
+    client = Client.from_env()
+    if args.follow:
+        for chunk in client.follow_logs(args.job_id):
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+    else:
+        sys.stdout.write(client.logs(args.job_id).text)
+    return 0
+
+
+def _cancel(args, _rest) -> int:
+    print(status_line(Client.from_env().cancel(args.job_id)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
