@@ -17,9 +17,12 @@ from traitlets import Unicode, default
 
 
 class WhoAmIHandler(APIHandler):
+    def initialize(self, app: "CellscaleServerApp") -> None:
+        self.app = app
+
     @web.authenticated
     async def get(self) -> None:
-        app: CellscaleServerApp = self.settings["cellscale_app"]
+        app = self.app
         if not app.control_plane_url:
             raise web.HTTPError(503, "no control plane configured (set CELLSCALE_URL)")
         async with httpx.AsyncClient(timeout=10) as client:
@@ -46,5 +49,4 @@ class CellscaleServerApp(ExtensionApp):
         return os.environ.get("CELLSCALE_TOKEN") or os.environ.get("JUPYTERHUB_API_TOKEN", "")
 
     def initialize_handlers(self) -> None:
-        self.settings["cellscale_app"] = self
-        self.handlers.append(("/cellscale/api/whoami", WhoAmIHandler))
+        self.handlers.append(("/cellscale/api/whoami", WhoAmIHandler, {"app": self}))

@@ -47,3 +47,11 @@ def test_server_token_scopes_reach_the_kernel(hub, kernel):
                     "print(Client.from_env().whoami())")
     assert "user='alice'" in out.text and "tenant='desk-a'" in out.text, out.text
     assert USER_SCOPES  # the kernel's token carries these through Spawner.server_token_scopes
+
+
+def test_server_extension_relays_as_the_logged_in_user(hub, token, server):
+    server("alice")
+    url = f"{hub.url}/user/alice/cellscale/api/whoami"
+    assert httpx.get(url, timeout=30).status_code in (302, 403)  # never served without auth
+    response = httpx.get(url, headers={"Authorization": f"token {token('alice')}"}, timeout=30)
+    assert response.status_code == 200 and response.json()["tenant"] == "desk-a"
