@@ -77,23 +77,25 @@ class Controller:
     def admit(self, backend: str, driver: Driver) -> None:
         capacity = driver.capacity().capacity_gpus
         with self.store.session() as session:
-            pending = q.pending_jobs(session, backend)
+            pending = q.pending_queue(session, backend)
             if not pending:
                 return
             in_use = [gpu for a in q.active_attempts(session, backend) for gpu in (a.gpu_ids or [])]
-            queue = [Pending(job.id, JobSpec.model_validate(job.spec).resources.gpus) for job in pending]
-            grants = admit_in_order(capacity, in_use, queue)
+            grants = admit_in_order(capacity, in_use, [Pending(row.id, row.gpus) for row in pending])
             new_attempts = []
-            for position, job in enumerate(pending):
-                if job.id in grants:
+            for position, row in enumerate(pending):
+                if row.id in grants:
+                    job = session.get(Job, row.id)
                     attempt = Attempt(job_id=job.id, number=len(job.attempts) + 1, backend=backend,
-                                      state=AttemptState.SUBMITTING.value, gpu_ids=grants[job.id])
+                                      state=AttemptState.SUBMITTING.value, gpu_ids=grants[row.id])
                     job.attempts.append(attempt)
                     q.transition(session, job, Phase.ADMITTED, "QuotaReserved", attempt=attempt.number,
-                                 message=f"GPUs {grants[job.id]} reserved on {backend}")
+                                 message=f"GPUs {grants[row.id]} reserved on {backend}")
                     new_attempts.append((job, attempt))
-                else:
-                    job.reason = _why_pending(queue[position].gpus, capacity, in_use, position - len(grants))
+                    continue
+                reason = _why_pending(row.gpus, capacity, in_use, position - len(grants))
+                if reason != row.reason:
+                    q.set_reason(session, row.id, reason)
         for job, attempt in new_attempts:
             self.launch(driver, job, attempt)
 

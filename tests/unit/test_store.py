@@ -13,7 +13,7 @@ from cellscale_hub.store.models import Job, utcnow
 def make_job(job_id="cs-1", owner="alice", key="k1", source="x = 1", tenant="desk-a", at=None):
     spec = JobSpec(source=source).model_dump(mode="json")
     return Job(id=job_id, idempotency_key=key, owner=owner, tenant=tenant, queue="default", backend="local",
-               name="cell", spec=spec, phase="PENDING", created_at=at or utcnow())
+               name="cell", spec=spec, gpus=0, phase="PENDING", created_at=at or utcnow())
 
 
 def test_migration_creates_the_schema(store):

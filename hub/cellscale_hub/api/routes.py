@@ -94,7 +94,7 @@ def _job_routes(router: APIRouter) -> None:
             raise HTTPException(422, f"inputs bundle {spec.inputs_sha256} was not uploaded; POST it to /api/bundles first")
         job = Job(id=ctx.new_job_id(), idempotency_key=idempotency_key or ctx.new_job_id(), owner=who.user,
                   tenant=tenant, queue=queue, backend=driver.name, name=spec.name, spec=spec.model_dump(mode="json"),
-                  phase=Phase.PENDING.value, reason="waiting for admission")
+                  gpus=spec.resources.gpus, phase=Phase.PENDING.value, reason="waiting for admission")
         with ctx.store.session() as session:
             try:
                 job, created = q.insert_job(session, job)

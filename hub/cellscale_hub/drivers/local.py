@@ -99,7 +99,9 @@ class LocalDriver(Driver):
         beat = jd.read_heartbeat(ref.number)
         heartbeat = datetime.fromtimestamp(beat["at"], timezone.utc) if beat else None
         if jd.supervisor_alive(ref.number):
-            return Observation(AttemptState.RUNNING if beat else AttemptState.STARTING, heartbeat=heartbeat)
+            plan = launch_plan(ref)
+            all_ranks = jd.ranks_started(ref.number) >= plan.nodes * plan.procs_per_node
+            return Observation(AttemptState.RUNNING if all_ranks else AttemptState.STARTING, heartbeat=heartbeat)
         if jd.started(ref.number):
             return Observation(AttemptState.LOST, reason="the supervisor died without writing an exit record")
         if ref.submitted_at is None or time.time() - ref.submitted_at.timestamp() < self.start_grace_seconds:

@@ -8,7 +8,7 @@ import base64
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -72,14 +72,20 @@ def transition(session: Session, job: Job, target: Phase, reason: str, *, actor:
               reason=reason, message=message, actor=actor)
 
 
+def set_reason(session: Session, job_id: str, reason: str) -> None:
+    session.execute(update(Job).where(Job.id == job_id).values(reason=reason))
+
+
 def active_attempts(session: Session, backend: str) -> list[Attempt]:
     query = select(Attempt).where(Attempt.backend == backend, Attempt.state.in_(ACTIVE_ATTEMPT_STATES))
     return list(session.scalars(query.order_by(Attempt.id)))
 
 
-def pending_jobs(session: Session, backend: str) -> list[Job]:
-    query = select(Job).where(Job.backend == backend, Job.phase == Phase.PENDING.value)
-    return list(session.scalars(query.order_by(Job.created_at, Job.id)))
+def pending_queue(session: Session, backend: str) -> list:
+    """(id, gpus, reason) of the backend's pending jobs in submit order: no ORM objects, so a
+    long queue stays cheap to scan on every cycle."""
+    query = select(Job.id, Job.gpus, Job.reason).where(Job.backend == backend, Job.phase == Phase.PENDING.value)
+    return list(session.execute(query.order_by(Job.created_at, Job.id)))
 
 
 def cancel_requested_active(session: Session) -> list[Job]:

@@ -13,6 +13,7 @@ Nothing in it is unpickled by the control plane.
     <job>/result.pkl            rank 0's named outputs
     <job>/attempts/<n>/lock     flock held by the attempt's supervisor while it lives
     <job>/attempts/<n>/started  written by the supervisor once it holds the lock
+    <job>/attempts/<n>/ranks/<rank> one empty file per rank that has started the cell
     <job>/attempts/<n>/heartbeat.json
     <job>/attempts/<n>/exit.json
     <job>/attempts/<n>/error.json  the first failing rank's exception
@@ -86,6 +87,17 @@ class JobDir:
             return json.loads((self.attempt_dir(attempt) / "heartbeat.json").read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return None
+
+    def mark_rank_started(self, attempt: int, rank: int) -> None:
+        ranks = self.attempt_dir(attempt) / "ranks"
+        ranks.mkdir(exist_ok=True)
+        (ranks / str(rank)).touch()
+
+    def ranks_started(self, attempt: int) -> int:
+        try:
+            return sum(1 for _ in (self.attempt_dir(attempt) / "ranks").iterdir())
+        except FileNotFoundError:
+            return 0
 
     def started(self, attempt: int) -> bool:
         return (self.attempt_dir(attempt) / "started").exists()

@@ -32,6 +32,7 @@ def main(argv: list[str]) -> int:
         [sys.executable, "-u", "-m", "cellscale.runtime.cell", str(job.root), str(attempt)],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
+    job.mark_rank_started(attempt, rank)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda s, _f: child.send_signal(s))
     pump = pump_lines(child.stdout, open_log(job.log), f"[rank {rank}] ")

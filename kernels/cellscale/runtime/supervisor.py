@@ -34,7 +34,7 @@ def launcher_argv(plan: LaunchPlan, job: JobDir) -> list[str]:
         return [
             sys.executable, "-m", "torch.distributed.run",
             "--standalone", "--nnodes=1", f"--nproc-per-node={plan.procs_per_node}",
-            "--max-restarts=0", "--monitor-interval=0.5",
+            "--max-restarts=0", "--monitor-interval=0.1",
             *rank[1:],
         ]
     return rank

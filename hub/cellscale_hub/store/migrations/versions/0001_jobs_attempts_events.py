@@ -23,6 +23,7 @@ def upgrade() -> None:
     sa.Column('backend', sa.String(length=63), nullable=False),
     sa.Column('name', sa.String(length=63), nullable=False),
     sa.Column('spec', sa.JSON(), nullable=False),
+    sa.Column('gpus', sa.Integer(), nullable=False),
     sa.Column('phase', sa.String(length=16), nullable=False),
     sa.Column('reason', sa.Text(), nullable=True),
     sa.Column('cancel_requested', sa.Boolean(), nullable=False),
