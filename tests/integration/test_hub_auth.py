@@ -1,5 +1,7 @@
 """The control plane behind a real JupyterHub: hub tokens, custom scopes, groups as tenants."""
 
+import re
+
 import httpx
 import pytest
 
@@ -39,6 +41,20 @@ def test_more_gpus_than_any_backend_is_refused_at_submit(hub, token):
 def test_browsers_are_sent_to_hub_oauth(hub):
     response = httpx.get(f"{hub.service_url}/login", follow_redirects=False)
     assert response.status_code == 302 and "/hub/api/oauth2/authorize" in response.headers["location"]
+
+
+def test_browser_oauth_sign_in_yields_a_cookie_session(hub):
+    with httpx.Client(base_url=hub.url, timeout=30) as browser:
+        page = browser.get("/hub/login").text
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
+        login = browser.post("/hub/login", data={"username": "bob", "password": "cellscale-demo", "_xsrf": xsrf})
+        assert login.status_code == 302
+        me = browser.get("/services/cellscale/login", params={"next": "/services/cellscale/api/whoami"},
+                         follow_redirects=True)
+        assert me.status_code == 200 and me.json()["user"] == "bob", me.text
+        assert browser.get("/services/cellscale/api/jobs").status_code == 200  # the cookie alone signs in
+        forged = browser.get("/services/cellscale/oauth_callback", params={"code": "x", "state": "forged"})
+        assert forged.status_code == 400
 
 
 def test_server_token_scopes_reach_the_kernel(hub, kernel):

@@ -140,3 +140,23 @@ def test_line_magic_usage(shell):
     assert "unknown %cluster command 'frobnicate'" in str(result.error_in_exec)
     result = shell.run_cell("%cluster status")
     assert "needs one job id" in str(result.error_in_exec)
+
+
+def test_interrupting_the_cell_detaches_and_says_how_to_reattach(shell, capsys):
+    class Interrupted(RecordingClient):
+        gets = 0
+
+        def get(self, job_id):
+            self.gets += 1
+            if self.gets > 1:
+                raise KeyboardInterrupt
+            return self._view()
+
+        def follow_logs(self, job_id, offset=0):
+            yield LogChunk(offset=0, next_offset=9, text="[rank 0] started\n", complete=False)
+
+    client = Interrupted(phase=Phase.RUNNING)
+    assert run(shell, client, "--gpus 1").success
+    out = capsys.readouterr().out
+    assert "keeps running. Re-attach with: %cluster attach cs-000000000001" in out
+    assert "result" not in client.calls

@@ -17,7 +17,7 @@ control plane is in the `AttemptRef` (from the store) and the job directory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -57,7 +57,6 @@ class Observation:
     exit_code: int | None = None
     reason: str | None = None
     heartbeat: datetime | None = None
-    extra: dict = field(default_factory=dict)
 
 
 class Driver(LoggingConfigurable):
