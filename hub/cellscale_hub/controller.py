@@ -198,8 +198,9 @@ def _reason_word(obs: Observation) -> str:
 
 
 def _why_pending(gpus: int, capacity: int, in_use: list[int], ahead: int) -> str:
-    free = len(free_gpu_ids(capacity, in_use))
+    """Plain words for a waiting job. The words change only when capacity changes (not on
+    every submit or cancel), so keeping them current costs few writes."""
     if ahead > 0:
-        return f"waiting behind {ahead} earlier job(s) for {gpus} GPU(s); {free} of {capacity} free now"
+        return f"queued in submit order behind a job that waits for GPUs; it needs {gpus} GPU(s)"
+    free = len(free_gpu_ids(capacity, in_use))
     return f"waiting for {gpus} GPU(s) to be free at once; {free} of {capacity} free now"
-

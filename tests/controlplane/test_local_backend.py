@@ -87,7 +87,7 @@ def test_missing_output_is_a_clear_failure(plane):
 def test_cancel_stops_the_processes(plane):
     job = plane.submit(source="import time\nprint('up', flush=True)\ntime.sleep(300)").json()
     plane.run_until(job["id"], {Phase.RUNNING})
-    started = (plane.jobs_root / job["id"] / "attempts" / "1" / "started").read_text()
+    started = (plane.jobs_root / job["id"] / "attempts" / "1" / "node0" / "started").read_text()
     pid = int(__import__("json").loads(started)["pid"])
     assert plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice")).status_code == 200
     done = plane.run_until(job["id"], TERMINAL, timeout=60)

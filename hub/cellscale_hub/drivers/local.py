@@ -4,7 +4,6 @@ attempt is a detached supervisor process that outlives the control plane."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -75,12 +74,12 @@ class LocalDriver(Driver):
         return "\n".join(lines) + "\n"
 
     def submit(self, ref: AttemptRef) -> str:
-        attempt_dir = ref.dir.attempt_dir(ref.number)
-        attempt_dir.mkdir(parents=True, exist_ok=True)
+        node_dir = ref.dir.node_dir(ref.number)
+        node_dir.mkdir(parents=True, exist_ok=True)
         if ref.dir.started(ref.number) or ref.dir.supervisor_alive(ref.number):
             return ref.backend_ref or "local"  # already launched: never twice
         child = proc.spawn_detached(
-            self.argv(ref), cwd=ref.job_dir, log=attempt_dir / "supervisor.log", env=proc.job_environment()
+            self.argv(ref), cwd=ref.job_dir, log=node_dir / "supervisor.log", env=proc.job_environment()
         )
         self._children[ref.key] = child
         return f"pid:{child.pid}"
@@ -99,8 +98,7 @@ class LocalDriver(Driver):
         beat = jd.read_heartbeat(ref.number)
         heartbeat = datetime.fromtimestamp(beat["at"], timezone.utc) if beat else None
         if jd.supervisor_alive(ref.number):
-            plan = launch_plan(ref)
-            all_ranks = jd.ranks_started(ref.number) >= plan.nodes * plan.procs_per_node
+            all_ranks = jd.ranks_started(ref.number) >= launch_plan(ref).expected_ranks
             return Observation(AttemptState.RUNNING if all_ranks else AttemptState.STARTING, heartbeat=heartbeat)
         if jd.started(ref.number):
             return Observation(AttemptState.LOST, reason="the supervisor died without writing an exit record")
@@ -109,21 +107,14 @@ class LocalDriver(Driver):
         return Observation(AttemptState.LOST, reason=f"the supervisor never started within {self.start_grace_seconds:.0f}s")
 
     def cancel(self, ref: AttemptRef) -> None:
-        pid = _supervisor_pid(ref)
-        if pid is not None:
+        started = ref.dir.started(ref.number)
+        if started:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(int(started["pid"]), signal.SIGTERM)
             except ProcessLookupError:
                 pass
 
 
 def _state_for(reason: str) -> AttemptState:
     return {"succeeded": AttemptState.SUCCEEDED, "cancelled": AttemptState.CANCELLED}.get(reason, AttemptState.FAILED)
-
-
-def _supervisor_pid(ref: AttemptRef) -> int | None:
-    try:
-        return int(json.loads((ref.dir.attempt_dir(ref.number) / "started").read_text())["pid"])
-    except (FileNotFoundError, KeyError, ValueError):
-        return None
 

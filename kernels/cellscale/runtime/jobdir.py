@@ -11,12 +11,12 @@ Nothing in it is unpickled by the control plane.
     <job>/inputs.pkl            pickled notebook variables (opaque to the control plane)
     <job>/output.log            every attempt's rank-prefixed lines, appended
     <job>/result.pkl            rank 0's named outputs
-    <job>/attempts/<n>/lock     flock held by the attempt's supervisor while it lives
-    <job>/attempts/<n>/started  written by the supervisor once it holds the lock
-    <job>/attempts/<n>/ranks/<rank> one empty file per rank that has started the cell
-    <job>/attempts/<n>/heartbeat.json
-    <job>/attempts/<n>/exit.json
-    <job>/attempts/<n>/error.json  the first failing rank's exception
+    <job>/attempts/<n>/node<k>/lock     flock held by node k's supervisor while it lives
+    <job>/attempts/<n>/node<k>/started  written by that supervisor once it holds the lock
+    <job>/attempts/<n>/node<k>/heartbeat.json
+    <job>/attempts/<n>/node<k>/exit.json
+    <job>/attempts/<n>/ranks/<rank>     one empty file per rank that has started the cell
+    <job>/attempts/<n>/error.json       the first failing rank's exception
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from cellscale.spec import Launcher
 
 
 class LaunchPlan(BaseModel):
-    """What the runtime needs to start one attempt on one node."""
+    """What the runtime needs to start one attempt on its nodes."""
 
     job_id: str
     attempt: int
@@ -45,6 +45,20 @@ class LaunchPlan(BaseModel):
     input_names: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     timeout_min: int = 60
+    master_addr: str | None = Field(None, description="Address of node 0; None: the first host Slurm allocated.")
+    master_port: int | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def expected_ranks(self) -> int:
+        """How many rank processes run the cell: one per GPU for torchrun, one per node for plain,
+        one driver for Ray."""
+        if self.launcher is Launcher.ray:
+            return 1
+        return self.nodes * self.procs_per_node
 
 
 class ExitRecord(BaseModel):
@@ -66,25 +80,34 @@ class JobDir:
     def attempt_dir(self, attempt: int) -> Path:
         return self.root / "attempts" / str(attempt)
 
+    def node_dir(self, attempt: int, node: int = 0) -> Path:
+        """Where the supervisor of one node of an attempt keeps its lock, heartbeat and exit record."""
+        return self.attempt_dir(attempt) / f"node{node}"
+
     def read_plan(self) -> LaunchPlan:
         return LaunchPlan.model_validate_json(self.plan.read_text())
 
     def write_plan(self, plan: LaunchPlan) -> None:
         write_atomic(self.plan, plan.model_dump_json(indent=1).encode())
 
-    def read_exit(self, attempt: int) -> ExitRecord | None:
-        path = self.attempt_dir(attempt) / "exit.json"
+    def read_exit(self, attempt: int, node: int = 0) -> ExitRecord | None:
         try:
-            return ExitRecord.model_validate_json(path.read_text())
+            return ExitRecord.model_validate_json((self.node_dir(attempt, node) / "exit.json").read_text())
         except FileNotFoundError:
             return None
 
-    def write_exit(self, attempt: int, record: ExitRecord) -> None:
-        write_atomic(self.attempt_dir(attempt) / "exit.json", record.model_dump_json().encode())
+    def write_exit(self, attempt: int, node: int, record: ExitRecord) -> None:
+        write_atomic(self.node_dir(attempt, node) / "exit.json", record.model_dump_json().encode())
 
-    def read_heartbeat(self, attempt: int) -> dict | None:
+    def read_heartbeat(self, attempt: int, node: int = 0) -> dict | None:
         try:
-            return json.loads((self.attempt_dir(attempt) / "heartbeat.json").read_text())
+            return json.loads((self.node_dir(attempt, node) / "heartbeat.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def read_error(self, attempt: int) -> dict | None:
+        try:
+            return json.loads((self.attempt_dir(attempt) / "error.json").read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
@@ -99,12 +122,16 @@ class JobDir:
         except FileNotFoundError:
             return 0
 
-    def started(self, attempt: int) -> bool:
-        return (self.attempt_dir(attempt) / "started").exists()
+    def started(self, attempt: int, node: int = 0) -> dict | None:
+        """What the node's supervisor wrote when it took the attempt (pid, host), or None."""
+        try:
+            return json.loads((self.node_dir(attempt, node) / "started").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
 
-    def supervisor_alive(self, attempt: int) -> bool:
-        """True while a supervisor holds the attempt's lock (the kernel drops it on death)."""
-        lock = self.attempt_dir(attempt) / "lock"
+    def supervisor_alive(self, attempt: int, node: int = 0) -> bool:
+        """True while a supervisor holds the node's lock (the kernel drops it on death)."""
+        lock = self.node_dir(attempt, node) / "lock"
         try:
             fd = os.open(lock, os.O_RDONLY)
         except FileNotFoundError:

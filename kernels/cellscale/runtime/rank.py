@@ -15,11 +15,12 @@ from cellscale.runtime.jobdir import JobDir, open_log
 from cellscale.runtime.pump import pump_lines
 
 
-def visible_devices(gpu_ids: list[int], local_rank: int, procs_per_node: int) -> str:
-    """One GPU per rank when there is one per rank; otherwise every GPU of the node."""
-    if procs_per_node > 1 and len(gpu_ids) == procs_per_node:
-        return str(gpu_ids[local_rank])
-    return ",".join(map(str, gpu_ids))
+def visible_devices(node_gpus: str, local_rank: int, procs_per_node: int) -> str:
+    """One GPU per rank when the node has one per rank; otherwise every GPU of the node."""
+    ids = [gpu for gpu in node_gpus.split(",") if gpu]
+    if procs_per_node > 1 and len(ids) == procs_per_node:
+        return ids[local_rank]
+    return ",".join(ids)
 
 
 def main(argv: list[str]) -> int:
@@ -27,7 +28,8 @@ def main(argv: list[str]) -> int:
     plan = job.read_plan()
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible_devices(plan.gpu_ids, local_rank, plan.procs_per_node))
+    node_gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible_devices(node_gpus, local_rank, plan.procs_per_node))
     child = subprocess.Popen(
         [sys.executable, "-u", "-m", "cellscale.runtime.cell", str(job.root), str(attempt)],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

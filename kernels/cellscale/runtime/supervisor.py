@@ -1,9 +1,10 @@
 """Run one attempt of a job on one node: `python -m cellscale.runtime.supervisor DIR N`.
 
-The supervisor holds the attempt's lock for as long as it lives (so the control plane can
-tell a live attempt from a dead one even after its own restart), starts the launcher,
-writes heartbeats, enforces the time limit, forwards cancellation, and writes the exit
-record that the control plane reads.
+One supervisor runs per node (the local backend starts one; on Slurm, `srun` starts one per
+node and SLURM_NODEID says which). It holds its node's lock for as long as it lives (so the
+control plane can tell a live attempt from a dead one even after its own restart), starts
+the launcher, writes heartbeats, enforces the time limit, forwards cancellation, and writes
+the exit record that the control plane reads.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 from cellscale.runtime import raycluster
 from cellscale.runtime.jobdir import ExitRecord, JobDir, LaunchPlan, open_log, write_atomic
@@ -28,23 +28,36 @@ HEARTBEAT_SECONDS = 2.0
 GRACE_SECONDS = 10.0
 
 
-def launcher_argv(plan: LaunchPlan, job: JobDir) -> list[str]:
-    rank = [sys.executable, "-m", "cellscale.runtime.rank", str(job.root), str(plan.attempt)]
-    if plan.launcher is Launcher.torchrun:
-        return [
-            sys.executable, "-m", "torch.distributed.run",
-            "--standalone", "--nnodes=1", f"--nproc-per-node={plan.procs_per_node}",
-            "--max-restarts=0", "--monitor-interval=0.1",
-            *rank[1:],
-        ]
-    return rank
+def launcher_argv(plan: LaunchPlan, job: JobDir, node: int = 0, master: str = "127.0.0.1") -> list[str]:
+    """The command that starts this node's ranks."""
+    rank = ["-m", "cellscale.runtime.rank", str(job.root), str(plan.attempt)]
+    if plan.launcher is not Launcher.torchrun:
+        return [sys.executable, *rank]
+    common = [f"--nproc-per-node={plan.procs_per_node}", "--max-restarts=0", "--monitor-interval=0.1"]
+    if plan.nodes == 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", *common, *rank]
+    # static rendezvous: node k's ranks are k*procs .. k*procs+procs-1, the conventional layout
+    return [
+        sys.executable, "-m", "torch.distributed.run", f"--nnodes={plan.nodes}", f"--node-rank={node}",
+        f"--master-addr={master}", f"--master-port={plan.master_port}", *common, *rank,
+    ]
+
+
+def first_host(env: dict[str, str]) -> str:
+    """Node 0's address: the plan's, or the first host of the Slurm allocation."""
+    nodelist = env.get("SLURM_JOB_NODELIST", "")
+    if not nodelist:
+        return "127.0.0.1"
+    hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    return hosts.stdout.split()[0]
 
 
 class Supervisor:
-    def __init__(self, job: JobDir, attempt: int):
+    def __init__(self, job: JobDir, attempt: int, node: int):
         self.job = job
         self.attempt = attempt
-        self.dir = job.attempt_dir(attempt)
+        self.node = node
+        self.dir = job.node_dir(attempt, node)
         self.plan = job.read_plan()
         self.child: subprocess.Popen[bytes] | None = None
         self.stop_reason: str | None = None
@@ -54,11 +67,13 @@ class Supervisor:
         self.dir.mkdir(parents=True, exist_ok=True)
         lock_fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o640)
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held until this process ends
-        if self.job.read_exit(self.attempt) is not None or (self.dir / "started").exists():
-            return 0  # this attempt already ran: never run it twice
-        write_atomic(self.dir / "started", json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
+        if self.job.read_exit(self.attempt, self.node) is not None or self.job.started(self.attempt, self.node):
+            return 0  # this attempt already ran on this node: never run it twice
+        host = socket.gethostname()
+        write_atomic(self.dir / "started", json.dumps({"pid": os.getpid(), "host": host}).encode())
         log_fd = open_log(self.job.log)
-        os.write(log_fd, f"[cellscale] attempt {self.attempt} starting on {socket.gethostname()}\n".encode())
+        where = f"node {self.node} ({host})" if self.plan.nodes > 1 else host
+        os.write(log_fd, f"[cellscale] attempt {self.attempt} starting on {where}\n".encode())
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         threading.Thread(target=self._heartbeat, daemon=True).start()
@@ -67,25 +82,34 @@ class Supervisor:
         except Exception as exc:  # the launcher could not start: an infrastructure fault
             record = ExitRecord(code=127, reason="launch_failed", message=f"{type(exc).__name__}: {exc}")
         self.done.set()
-        os.write(log_fd, f"[cellscale] attempt {self.attempt} ended: {record.reason} (exit {record.code})\n".encode())
-        self.job.write_exit(self.attempt, record)
+        os.write(log_fd, f"[cellscale] attempt {self.attempt} {where} ended: {record.reason} (exit {record.code})\n".encode())
+        self.job.write_exit(self.attempt, self.node, record)
         return record.code
 
     def _launch(self, log_fd: int) -> ExitRecord:
         env = self._environment()
-        with raycluster.head_if(self.plan, self.dir, env, log_fd):
+        master = self.plan.master_addr or first_host(env)
+        if self.plan.launcher is Launcher.ray and self.node > 0:
+            code = raycluster.worker(self.plan, self.job, master, env, self.dir, self.node)
+            return self._record(code)
+        with raycluster.head_if(self.plan, self.job, self.dir, env, log_fd):
             self.child = subprocess.Popen(
-                launcher_argv(self.plan, self.job), env=env, stdin=subprocess.DEVNULL,
+                launcher_argv(self.plan, self.job, self.node, master), env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             )
-            pump = pump_lines(self.child.stdout, log_fd, "[launcher] ")
-            try:
-                code = self.child.wait(timeout=self.plan.timeout_min * 60)
-            except subprocess.TimeoutExpired:
-                self.stop_reason = "timeout"
-                self._terminate()
-                code = self.child.wait()
+            pump = pump_lines(self.child.stdout, log_fd, "[launcher] " if self.plan.nodes == 1 else f"[node {self.node}] ")
+            record = self._wait(self.child)
             pump.join(timeout=5)
+        return record
+
+    def _wait(self, child: subprocess.Popen[bytes]) -> ExitRecord:
+        self.child = child
+        try:
+            code = child.wait(timeout=self.plan.timeout_min * 60)
+        except subprocess.TimeoutExpired:
+            self.stop_reason = "timeout"
+            self._terminate()
+            code = child.wait()
         return self._record(code)
 
     def _record(self, code: int) -> ExitRecord:
@@ -95,7 +119,7 @@ class Supervisor:
             return ExitRecord(code=code, reason="cancelled")
         if code == 0:
             return ExitRecord(code=0, reason="succeeded")
-        error = _read_json(self.dir / "error.json")
+        error = self.job.read_error(self.attempt)
         if error:
             return ExitRecord(code=code, reason="user_error", message=error.get("summary"))
         return ExitRecord(code=code, reason="failed", message=f"a rank exited with status {code}")
@@ -106,11 +130,13 @@ class Supervisor:
         env.update(
             CELLSCALE_JOB_ID=self.plan.job_id,
             CELLSCALE_ATTEMPT=str(self.attempt),
-            CELLSCALE_GPU_IDS=",".join(map(str, self.plan.gpu_ids)),
-            CUDA_VISIBLE_DEVICES=",".join(map(str, self.plan.gpu_ids)),
+            CELLSCALE_NODE=str(self.node),
             PYTHONUNBUFFERED="1",
             TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
         )
+        if self.plan.gpu_ids:  # the local backend assigns ids; Slurm sets CUDA_VISIBLE_DEVICES itself
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.plan.gpu_ids))
+        env.setdefault("CUDA_VISIBLE_DEVICES", "")
         env.setdefault("OMP_NUM_THREADS", "1")
         return env
 
@@ -142,18 +168,12 @@ def _killpg(pid: int, signum: int) -> None:
         pass
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m cellscale.runtime.supervisor JOB_DIR ATTEMPT", file=sys.stderr)
         return 2
-    return Supervisor(JobDir(argv[0]), int(argv[1])).run()
+    node = int(os.environ.get("SLURM_NODEID", "0"))
+    return Supervisor(JobDir(argv[0]), int(argv[1]), node).run()
 
 
 if __name__ == "__main__":
