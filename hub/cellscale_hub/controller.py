@@ -72,6 +72,7 @@ class Controller:
         return AttemptRef(
             job_id=job.id, number=attempt.number, job_dir=self.jobs_root / job.id, spec=JobSpec.model_validate(job.spec),
             gpu_ids=tuple(attempt.gpu_ids or ()), backend_ref=attempt.backend_ref, submitted_at=attempt.submitted_at,
+            owner=job.owner, tenant=job.tenant,
         )
 
     def admit(self, backend: str, driver: Driver) -> None:

@@ -30,6 +30,7 @@ class MagicArgs(BaseModel):
     queue: str | None = None
     name: str = "cell"
     time: int = 60
+    switches: int | None = None
     env: dict[str, str] = Field(default_factory=dict)
     inputs: list[str] = Field(default_factory=list)
     outputs: list[str] = Field(default_factory=list)
@@ -53,7 +54,7 @@ class MagicArgs(BaseModel):
                 nodes = self.gpus // per_node
             elif not nodes:
                 nodes, per_node = 1, self.gpus
-        return Resources(nodes=nodes or 1, gpus_per_node=per_node or 0, timeout_min=self.time)
+        return Resources(nodes=nodes or 1, gpus_per_node=per_node or 0, timeout_min=self.time, switches=self.switches)
 
     def to_spec(self, source: str, inputs_sha256: str | None = None) -> JobSpec:
         try:
@@ -81,6 +82,7 @@ def _parser() -> _Parser:
     p.add_argument("--queue")
     p.add_argument("--name")
     p.add_argument("--time", type=int, help="minutes")
+    p.add_argument("--switches", type=int, help="most leaf switches the nodes may span")
     p.add_argument("--env", action="append", default=[], metavar="K=V")
     p.add_argument("--inputs", default="")
     p.add_argument("--outputs", default="")

@@ -84,6 +84,7 @@ class Resources(Strict):
     nodes: int = Field(1, ge=1, le=1024, description="Number of nodes.")
     gpus_per_node: int = Field(0, ge=0, le=64, description="GPUs on each node (0: CPU-only job).")
     timeout_min: int = Field(60, ge=1, le=60 * 24 * 14, description="Wall-clock limit in minutes.")
+    switches: int | None = Field(None, ge=1, le=64, description="Most leaf switches the nodes may span (topology).")
 
     @property
     def gpus(self) -> int:

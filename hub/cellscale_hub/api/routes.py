@@ -88,8 +88,8 @@ def _job_routes(router: APIRouter) -> None:
                  responses={200: {"model": JobView, "description": "an earlier submit with the same key"}})
     def submit(body: SubmitRequest, who: Submitter, ctx: Ctx,
                idempotency_key: Annotated[str | None, Header(max_length=128)] = None):
-        spec = body.spec
-        tenant, queue, driver = _placement(ctx, who, spec)
+        tenant, queue, driver = _placement(ctx, who, body.spec)
+        spec = driver.shape(body.spec)
         if spec.inputs_sha256 and not (ctx.bundles_root / spec.inputs_sha256).exists():
             raise HTTPException(422, f"inputs bundle {spec.inputs_sha256} was not uploaded; POST it to /api/bundles first")
         job = Job(id=ctx.new_job_id(), idempotency_key=idempotency_key or ctx.new_job_id(), owner=who.user,
@@ -107,9 +107,11 @@ def _job_routes(router: APIRouter) -> None:
     @router.post("/render", response_model=RenderView)
     def render(body: SubmitRequest, who: Submitter, ctx: Ctx) -> RenderView:
         """The dry run: the exact script the backend would run, without submitting."""
-        _, _, driver = _placement(ctx, who, body.spec)
-        gpus = tuple(range(body.spec.resources.gpus_per_node))
-        ref = AttemptRef(job_id="cs-dryrun", number=1, job_dir=ctx.jobs_root / "cs-dryrun", spec=body.spec, gpu_ids=gpus)
+        tenant, _, driver = _placement(ctx, who, body.spec)
+        spec = driver.shape(body.spec)
+        gpus = tuple(range(spec.resources.gpus_per_node)) if driver.kind == "local" else ()
+        ref = AttemptRef(job_id="cs-dryrun", number=1, job_dir=ctx.jobs_root / "cs-dryrun", spec=spec, gpu_ids=gpus,
+                         owner=who.user, tenant=tenant)
         return RenderView(backend=driver.name, script=driver.render(ref))
 
     @router.get("/jobs", response_model=JobPage)
@@ -204,7 +206,7 @@ def _placement(ctx: Context, who: Principal, spec) -> tuple[str, str, object]:
     if driver is None:
         raise HTTPException(422, f"unknown backend {backend!r}; backends: {', '.join(sorted(ctx.drivers))}")
     try:
-        driver.validate(spec)
+        driver.validate(driver.shape(spec))
     except SpecRejected as exc:
         raise HTTPException(422, str(exc)) from exc
     return who.tenant, queue, driver

@@ -41,6 +41,8 @@ class AttemptRef:
     gpu_ids: tuple[int, ...] = ()
     backend_ref: str | None = None
     submitted_at: datetime | None = None
+    owner: str = ""
+    tenant: str = ""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -72,6 +74,10 @@ class Driver(LoggingConfigurable):
 
     def capacity(self) -> BackendView:
         raise NotImplementedError("Override in subclass.")
+
+    def shape(self, spec: JobSpec) -> JobSpec:
+        """The spec as this backend will run it (e.g. whole nodes); identity by default."""
+        return spec
 
     def validate(self, spec: JobSpec) -> None:
         """Refuse a spec this backend can never run, saying what to change."""
