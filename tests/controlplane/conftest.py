@@ -40,14 +40,15 @@ class TableIdentity(Identity):
 
 
 class Plane:
-    def __init__(self, tmp_path, store, gpus=4):
-        self.jobs_root, self.bundles = tmp_path / "jobs", tmp_path / "bundles"
-        self.jobs_root.mkdir()
+    def __init__(self, tmp_path, store, gpus=4, drivers=None, tenancy=TENANCY, jobs_root=None):
+        self.jobs_root, self.bundles = jobs_root or tmp_path / "jobs", tmp_path / "bundles"
+        self.jobs_root.mkdir(exist_ok=True)
         self.bundles.mkdir()
         self.store = store
         self.driver = LocalDriver(name="local", gpus=gpus)
-        self.controller = Controller(store, {"local": self.driver}, self.jobs_root, self.bundles)
-        ctx = Context(store=store, controller=self.controller, drivers={"local": self.driver}, tenancy=TENANCY,
+        self.drivers = drivers or {"local": self.driver}
+        self.controller = Controller(store, self.drivers, self.jobs_root, self.bundles)
+        ctx = Context(store=store, controller=self.controller, drivers=self.drivers, tenancy=tenancy,
                       identity=TableIdentity(), jobs_root=self.jobs_root, bundles_root=self.bundles, prefix="/")
         self.http = TestClient(build_app(ctx))
 
@@ -56,7 +57,7 @@ class Plane:
 
     def submit(self, user="alice", source="print('hi')", key=None, **spec):
         headers = self.as_(user) | ({"Idempotency-Key": key} if key else {})
-        body = {"spec": {"source": source, "launcher": "plain", **spec}}
+        body = {"spec": {"source": source, "launcher": "plain"} | spec}
         return self.http.post("/api/jobs", json=body, headers=headers)
 
     def restart(self):
