@@ -13,3 +13,12 @@ if os.environ.get("CELLSCALE_DB_URL"):
     c.ControlPlane.db_url = os.environ["CELLSCALE_DB_URL"]  # e.g. postgresql+psycopg://cellscale@127.0.0.1/cellscale
 c.ControlPlane.backends = {"local": "local"}
 c.LocalDriver.gpus = int(os.environ.get("CELLSCALE_LOCAL_GPUS", "4"))
+
+# A Slurm cluster (the dev cluster: `cellscale dev slurm up` prints its SLURM_CONF), used
+# with `%%cluster --backend slurm`. Jobs run as the researcher's own Unix user and need a
+# job root that every node and that user can reach.
+if os.environ.get("CELLSCALE_SLURM_CONF"):
+    c.ControlPlane.backends["slurm"] = "slurm"
+    c.SlurmDriver.slurm_conf = os.environ["CELLSCALE_SLURM_CONF"]
+    c.SlurmDriver.master_addr = os.environ.get("CELLSCALE_SLURM_MASTER_ADDR", "127.0.0.1")
+    c.ControlPlane.jobs_root = os.environ.get("CELLSCALE_JOBS_ROOT", str(state / "jobs"))

@@ -128,8 +128,9 @@ class ControlPlane(Application):
     def start(self) -> None:
         data = Path(self.data_dir)
         jobs_root, bundles_root = Path(self.jobs_root), data / "bundles"
-        for path in (data, jobs_root, bundles_root):
+        for path in (data, bundles_root):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        jobs_root.mkdir(parents=True, exist_ok=True, mode=0o711)  # jobs may run as their owners
         store = Store(self.db_url)
         store.migrate()
         drivers = self.make_drivers()

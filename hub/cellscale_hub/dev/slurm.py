@@ -1,0 +1,765 @@
+"""A real multi-node Slurm cluster on one machine, for cellscale's tests and demos.
+
+    python -m cellscale_hub.dev.slurm up|down|status [--state-dir DIR]   (default /tmp/cellscale-slurm)
+
+`up` builds, from Debian's own packages (slurm-wlm 22.05, slurmdbd, munge, MariaDB):
+
+- one munged, one MariaDB (private data dir, 127.0.0.1, own port and socket), slurmdbd,
+  slurmctld, and four slurmds (`slurmd -N node1..node4`, one port each): 4 emulated nodes
+  x 8 emulated GPUs (character devices made with mknod, declared in gres.conf), two leaf
+  switches under a spine (topology/tree), multifactor priority with fair share, QOS
+  preemption (`high` preempts `normal`, jobs requeued), accounting with gres/gpu;
+- Unix users alice and carol (account desk-a) and bob (account desk-b), so a job runs
+  under its researcher's own identity (`runuser -u alice -- sbatch -A desk-a ...`) and is
+  charged to its desk.
+
+Every file lives in the state dir: configs rendered from config/slurm/*.in, logs, pid
+files, spool, database, munge key and socket, and `jobs/` (mode 1777) for job output.
+Clients need only `SLURM_CONF=<state dir>/etc/slurm.conf`. `up` is idempotent: on a running
+cluster it checks and returns. `down` cancels the cluster's jobs, stops the daemons it
+started (by pid file, nothing else) and keeps the state dir, so the next `up` is quick.
+
+Measured on a 2-core Debian 12 machine (shared with other work):
+- `up` from nothing installed (apt included): MEASURED_FRESH;
+- `up` with the packages installed, cluster stopped: MEASURED_WARM;
+- `up` on a running cluster: MEASURED_NOOP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import re
+import secrets
+import signal
+import socket
+import stat
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cellscale_hub import proc
+
+DEFAULT_STATE_DIR = Path("/tmp/cellscale-slurm")
+TEMPLATE_DIR = Path(__file__).resolve().parents[3] / "config" / "slurm"
+TEMPLATES = ("slurm.conf", "gres.conf", "topology.conf", "slurmdbd.conf")
+
+PACKAGES = ("slurm-wlm", "slurmdbd", "munge", "mariadb-server")
+NEVER_INSTALL = "slurm-wlm-emulator"  # replaces slurmctld/slurmd via alternatives; unconfigurable
+
+CLUSTER = "cellscale"
+SLURM_USER = "slurm"
+DB_USER = "slurm"
+NODES = ("node1", "node2", "node3", "node4")
+GPUS_PER_NODE = 8
+NVIDIA_MAJOR = 195
+TENANTS = {"desk-a": ("alice", "carol"), "desk-b": ("bob",)}
+DEFAULT_PORTS = {"mariadb": 16306, "slurmctld": 16817, "slurmdbd": 16819, "slurmd": 17001}
+
+SBIN = Path("/usr/sbin")
+BIN = Path("/usr/bin")
+DAEMON_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+READY_NODE_STATES = {"idle", "mixed", "allocated", "completing"}
+SAFE_VALUE = re.compile(r"[A-Za-z0-9._/-]+")  # everything substituted into a config file
+
+Log = Callable[[str], None]
+
+
+class ClusterError(RuntimeError):
+    """The dev cluster could not be brought to the asked state; the message says why."""
+
+
+# ---------------------------------------------------------------------------- the state dir
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where everything lives inside the state dir."""
+
+    root: Path
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def conf(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def dbd_conf(self) -> Path:
+        return self.etc / "slurmdbd.conf"
+
+    @property
+    def settings(self) -> Path:
+        return self.root / "settings.json"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def spool(self) -> Path:
+        return self.root / "spool"
+
+    @property
+    def dev(self) -> Path:
+        return self.root / "dev"
+
+    @property
+    def jobs(self) -> Path:
+        return self.root / "jobs"
+
+    @property
+    def munge(self) -> Path:
+        return self.root / "munge"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.munge / "munge.socket"
+
+    @property
+    def mysql(self) -> Path:
+        return self.root / "mysql"
+
+    @property
+    def mysql_socket(self) -> Path:
+        return self.mysql / "mysqld.sock"
+
+    def pidfile(self, daemon: str) -> Path:
+        return self.run / f"{daemon}.pid"
+
+    def logfile(self, daemon: str) -> Path:
+        return self.log / f"{daemon}.log"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a Slurm client needs in its environment to talk to this cluster."""
+        return {"SLURM_CONF": str(self.conf)}
+
+
+def layout_for(state_dir: Path | str) -> Layout:
+    path = Path(os.path.abspath(state_dir))
+    if not SAFE_VALUE.fullmatch(str(path)) or ".." in path.parts:
+        raise ClusterError(f"state dir {str(path)!r}: use only letters, digits and . _ / - in its path")
+    return Layout(path)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Chosen once per state dir (ports, database password) and kept in settings.json."""
+
+    hostname: str
+    mariadb_port: int
+    slurmctld_port: int
+    slurmdbd_port: int
+    slurmd_port_first: int
+    db_password: str
+
+    @property
+    def slurmd_ports(self) -> dict[str, int]:
+        return {node: self.slurmd_port_first + i for i, node in enumerate(NODES)}
+
+
+def short_hostname() -> str:
+    name = socket.gethostname().split(".")[0]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*", name):
+        raise ClusterError(f"hostname {name!r} cannot be a Slurm controller name")
+    return name
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(preferred: int, count: int = 1) -> int:
+    """The first of `count` consecutive free ports, trying `preferred` first."""
+    for first in range(preferred, preferred + 2000, 10):
+        if all(port_free(first + i) for i in range(count)):
+            return first
+    raise ClusterError(f"no {count} free consecutive ports from {preferred}")
+
+
+def load_settings(layout: Layout) -> Settings:
+    if layout.settings.exists():
+        saved = json.loads(layout.settings.read_text())
+        saved["hostname"] = short_hostname()
+        return Settings(**saved)
+    settings = Settings(
+        hostname=short_hostname(),
+        mariadb_port=pick_port(DEFAULT_PORTS["mariadb"]),
+        slurmctld_port=pick_port(DEFAULT_PORTS["slurmctld"]),
+        slurmdbd_port=pick_port(DEFAULT_PORTS["slurmdbd"]),
+        slurmd_port_first=pick_port(DEFAULT_PORTS["slurmd"], len(NODES)),
+        db_password=secrets.token_hex(16),
+    )
+    write_private(layout.settings, json.dumps(settings.__dict__, indent=2) + "\n")
+    return settings
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only root can read (it may hold a password)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.chmod(path, 0o600)
+
+
+def template_values(layout: Layout, settings: Settings) -> dict[str, str]:
+    values = {
+        "state_dir": str(layout.root),
+        "cluster": CLUSTER,
+        "hostname": settings.hostname,
+        "slurm_user": SLURM_USER,
+        "db_user": DB_USER,
+        "db_password": settings.db_password,
+        "mariadb_port": str(settings.mariadb_port),
+        "slurmctld_port": str(settings.slurmctld_port),
+        "slurmdbd_port": str(settings.slurmdbd_port),
+        "slurmd_port_first": str(settings.slurmd_port_first),
+        "slurmd_port_last": str(settings.slurmd_port_first + len(NODES) - 1),
+    }
+    for key, value in values.items():
+        if not SAFE_VALUE.fullmatch(value):
+            raise ClusterError(f"refusing to write {key}={value!r} into a Slurm config")
+    for key in ("mariadb_port", "slurmctld_port", "slurmdbd_port", "slurmd_port_first", "slurmd_port_last"):
+        if not 1024 <= int(values[key]) <= 65535:
+            raise ClusterError(f"{key}={values[key]} is not a usable port")
+    return values
+
+
+def render(name: str, values: Mapping[str, str], template_dir: Path = TEMPLATE_DIR) -> str:
+    template = template_dir / f"{name}.in"
+    if not template.exists():
+        raise ClusterError(f"template {template} is missing (set --templates to the config/slurm folder)")
+    return string.Template(template.read_text()).substitute(values)
+
+
+def write_configs(layout: Layout, settings: Settings, template_dir: Path, log: Log) -> bool:
+    """Render the four configs; True when one changed (daemons already running keep the old one)."""
+    values = template_values(layout, settings)
+    slurm = pwd.getpwnam(SLURM_USER)
+    changed = False
+    for name in TEMPLATES:
+        path = layout.etc / name
+        text = render(name, values, template_dir)
+        existed = path.exists()
+        if not existed or path.read_text() != text:
+            if name == "slurmdbd.conf":
+                write_private(path, text)
+                os.chown(path, slurm.pw_uid, slurm.pw_gid)  # slurmdbd insists: mode 600, owned by SlurmUser
+            else:
+                path.write_text(text)
+                os.chmod(path, 0o644)
+            changed = changed or existed
+            log(f"wrote {path}")
+    return changed
+
+
+def make_dirs(layout: Layout) -> None:
+    slurm = pwd.getpwnam(SLURM_USER)
+    for path in (layout.root, layout.etc, layout.run, layout.log, layout.spool, layout.dev, layout.munge, layout.mysql):
+        path.mkdir(mode=0o755, parents=True, exist_ok=True)
+    if layout.root.is_symlink() or layout.root.stat().st_uid != 0:
+        raise ClusterError(f"{layout.root} must be a directory owned by root")
+    ctld_spool = layout.spool / "slurmctld"
+    ctld_spool.mkdir(mode=0o700, exist_ok=True)
+    os.chown(ctld_spool, slurm.pw_uid, slurm.pw_gid)  # slurmctld runs as SlurmUser
+    for node in NODES:
+        (layout.spool / f"slurmd-{node}").mkdir(mode=0o755, exist_ok=True)
+    layout.jobs.mkdir(exist_ok=True)
+    os.chmod(layout.jobs, 0o1777)  # every researcher's job writes its output here
+
+
+def make_gpu_devices(layout: Layout) -> None:
+    """Character devices /dev/nvidiaN look-alikes: gres.conf needs File= to exist."""
+    for index in range(GPUS_PER_NODE):
+        path = layout.dev / f"nvidia{index}"
+        wanted = os.makedev(NVIDIA_MAJOR, index)
+        if path.exists():
+            info = path.lstat()
+            if stat.S_ISCHR(info.st_mode) and info.st_rdev == wanted:
+                continue
+            path.unlink()
+        os.mknod(path, 0o666 | stat.S_IFCHR, wanted)
+
+
+def make_munge_key(layout: Layout) -> None:
+    key = layout.munge / "munge.key"
+    if key.exists():
+        return
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(secrets.token_bytes(1024))
+
+
+def prepare_state(layout: Layout, template_dir: Path, log: Log) -> Settings:
+    make_dirs(layout)
+    settings = load_settings(layout)
+    if write_configs(layout, settings, template_dir, log) and any(pid_of(layout, d) for d in daemon_names()):
+        log("config changed while daemons run: `down` then `up` to apply it")
+    make_gpu_devices(layout)
+    make_munge_key(layout)
+    return settings
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def run_cmd(argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60,
+            input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run one command (an argv list, never a shell) and capture its output."""
+    try:
+        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input,
+                                env=None if env is None else dict(env), check=False)
+    except FileNotFoundError as exc:
+        raise ClusterError(f"{argv[0]} is not installed") from exc
+    if check and result.returncode != 0:
+        output = (result.stderr.strip() or result.stdout.strip())[-2000:]
+        raise ClusterError(f"`{' '.join(argv)}` exited {result.returncode}: {output}")
+    return result
+
+
+def client_env(layout: Layout) -> dict[str, str]:
+    """This process's environment for Slurm clients: no inherited SLURM_* variables, our SLURM_CONF."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    env.update(layout.env)
+    return env
+
+
+def daemon_env(layout: Layout) -> dict[str, str]:
+    return {"PATH": DAEMON_PATH, "LANG": "C.UTF-8", "HOME": "/root", **layout.env}
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float, child: subprocess.Popen | None = None,
+             log_path: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if child is not None and child.poll() is not None:
+            raise ClusterError(f"{what}: the daemon exited ({child.returncode}){log_tail(log_path)}")
+        time.sleep(0.2)
+    raise ClusterError(f"{what}: not ready within {timeout:.0f} s{log_tail(log_path)}")
+
+
+def log_tail(path: Path | None, lines: int = 15) -> str:
+    if path is None or not path.exists():
+        return ""
+    tail = path.read_text(errors="replace").splitlines()[-lines:]
+    return f"\n--- last lines of {path} ---\n" + "\n".join(tail)
+
+
+# ---------------------------------------------------------------------------- packages and users
+
+
+def installed_packages(names: Sequence[str]) -> set[str]:
+    result = run_cmd(["dpkg-query", "-W", "-f=${Package} ${Status}\n", *names], check=False)
+    return {line.split()[0] for line in result.stdout.splitlines() if line.endswith("install ok installed")}
+
+
+def ensure_packages(log: Log) -> None:
+    if installed_packages([NEVER_INSTALL]):
+        raise ClusterError(f"{NEVER_INSTALL} is installed: it replaces slurmctld and slurmd and cannot be "
+                           f"configured. Remove it first: apt-get purge {NEVER_INSTALL}")
+    missing = [name for name in PACKAGES if name not in installed_packages(PACKAGES)]
+    if not missing:
+        return
+    log(f"installing {' '.join(missing)} (once)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run_cmd(["apt-get", "update"], env=env, timeout=600)
+    run_cmd(["apt-get", "install", "-y", "--no-install-recommends", *missing], env=env, timeout=1800)
+    if installed_packages([NEVER_INSTALL]):
+        raise ClusterError(f"{NEVER_INSTALL} got installed; purge it: apt-get purge {NEVER_INSTALL}")
+
+
+def ensure_users(log: Log) -> None:
+    for users in TENANTS.values():
+        for user in users:
+            try:
+                pwd.getpwnam(user)
+            except KeyError:
+                run_cmd(["useradd", "-m", "-s", "/bin/bash", user])
+                log(f"created Unix user {user}")
+
+
+# ---------------------------------------------------------------------------- daemons
+
+
+@dataclass(frozen=True)
+class Daemon:
+    name: str  # pid file and log file stem
+    argv: tuple[str, ...]
+    ports: tuple[int, ...] = ()
+
+
+def daemon_names() -> list[str]:
+    """In start order; `down` stops them in reverse."""
+    return ["munged", "mariadb", "slurmdbd", "slurmctld", *(f"slurmd-{node}" for node in NODES)]
+
+
+def executable(name: str) -> str:
+    return {"mariadb": "mariadbd", "munged": "munged"}.get(name, name.split("-")[0])
+
+
+def daemons(layout: Layout, settings: Settings) -> dict[str, Daemon]:
+    conf = str(layout.conf)
+    found = [
+        Daemon("munged", (str(SBIN / "munged"), "--foreground", "--force",
+                          f"--socket={layout.munge_socket}", f"--key-file={layout.munge / 'munge.key'}",
+                          f"--pid-file={layout.pidfile('munged')}", f"--seed-file={layout.munge / 'munged.seed'}",
+                          f"--log-file={layout.logfile('munged')}")),
+        Daemon("mariadb", (str(SBIN / "mariadbd"), "--no-defaults", "--user=root",
+                           f"--datadir={layout.mysql / 'data'}", f"--socket={layout.mysql_socket}",
+                           f"--port={settings.mariadb_port}", "--bind-address=127.0.0.1",
+                           f"--pid-file={layout.pidfile('mariadb')}", "--skip-name-resolve",
+                           "--innodb-buffer-pool-size=64M"), (settings.mariadb_port,)),
+        Daemon("slurmdbd", (str(SBIN / "slurmdbd"), "-D"), (settings.slurmdbd_port,)),
+        Daemon("slurmctld", (str(SBIN / "slurmctld"), "-D", "-f", conf), (settings.slurmctld_port,)),
+    ]
+    for node, port in settings.slurmd_ports.items():
+        found.append(Daemon(f"slurmd-{node}", (str(SBIN / "slurmd"), "-D", "-N", node, "-f", conf), (port,)))
+    return {daemon.name: daemon for daemon in found}
+
+
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def pid_of(layout: Layout, name: str) -> int | None:
+    """The pid in the daemon's pid file, if that process is alive and is ours."""
+    try:
+        pid = int(layout.pidfile(name).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if is_ours(pid, name, layout) else None
+
+
+def is_ours(pid: int, name: str, layout: Layout) -> bool:
+    """Alive, runs the daemon's executable, and names our state dir in its argv or environment."""
+    reap(pid)
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except (OSError, IndexError):
+        return False
+    if state in ("Z", "X") or Path(os.fsdecode(argv[0])).name != executable(name):
+        return False
+    marker = os.fsencode(str(layout.root))
+    return any(marker in arg for arg in argv) or marker in environ
+
+
+def reap(pid: int) -> None:
+    child = _children.get(pid)
+    if child is not None and child.poll() is not None:
+        del _children[pid]
+
+
+def start(daemon: Daemon, layout: Layout, log: Log) -> subprocess.Popen[bytes] | None:
+    """Start the daemon in the background unless it runs; returns the new process."""
+    if pid_of(layout, daemon.name):
+        return None
+    busy = [port for port in daemon.ports if not port_free(port)]
+    if busy:
+        raise ClusterError(f"{daemon.name}: port {busy[0]} is taken by another program; "
+                           f"delete {layout.settings} to choose new ports")
+    child = proc.spawn_detached(daemon.argv, cwd=layout.root, log=layout.logfile(daemon.name), env=daemon_env(layout))
+    _children[child.pid] = child
+    layout.pidfile(daemon.name).write_text(f"{child.pid}\n")
+    log(f"started {daemon.name} (pid {child.pid})")
+    return child
+
+
+def stop(name: str, layout: Layout, log: Log, grace: float = 30) -> None:
+    pid = pid_of(layout, name)
+    if pid is None:
+        layout.pidfile(name).unlink(missing_ok=True)
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and is_ours(pid, name, layout):
+        time.sleep(0.1)
+    if is_ours(pid, name, layout):
+        log(f"{name} (pid {pid}) ignored SIGTERM for {grace:.0f} s: SIGKILL")
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    layout.pidfile(name).unlink(missing_ok=True)
+    log(f"stopped {name} (pid {pid})")
+
+
+# ---------------------------------------------------------------------------- the steps of `up`
+
+
+def start_munge(layout: Layout, settings: Settings, log: Log) -> bool:
+    child = start(daemons(layout, settings)["munged"], layout, log)
+    if child:
+        wait_for(layout.munge_socket.is_socket, "munged", 20, child, layout.logfile("munged"))
+    return child is not None
+
+
+def mariadb_client(layout: Layout, *args: str) -> list[str]:
+    return [str(BIN / "mariadb"), "--no-defaults", f"--socket={layout.mysql_socket}", "--user=root", *args]
+
+
+def start_mariadb(layout: Layout, settings: Settings, log: Log) -> bool:
+    datadir = layout.mysql / "data"
+    if not (datadir / "mysql").exists():
+        log("initialising the accounting database")
+        run_cmd([str(BIN / "mariadb-install-db"), "--no-defaults", "--user=root", f"--datadir={datadir}",
+                 "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=300)
+    child = start(daemons(layout, settings)["mariadb"], layout, log)
+    if child is None:
+        return False
+
+    def answers() -> bool:
+        return run_cmd(mariadb_client(layout, "-e", "SELECT 1"), check=False).returncode == 0
+
+    wait_for(answers, "mariadb", 120, child, layout.logfile("mariadb"))
+    password = settings.db_password  # validated: hex only
+    account = f"'{DB_USER}'@'127.0.0.1'"
+    run_cmd(mariadb_client(layout), input=(
+        f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY '{password}';\n"
+        f"ALTER USER {account} IDENTIFIED BY '{password}';\n"
+        f"GRANT ALL PRIVILEGES ON slurm_acct_db.* TO {account};\n"
+    ))
+    return True
+
+
+def sacctmgr(layout: Layout, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return run_cmd([str(BIN / "sacctmgr"), *args], env=client_env(layout), check=check)
+
+
+def sacctmgr_rows(layout: Layout, *args: str) -> list[list[str]]:
+    """`sacctmgr -n -P show ...` as rows of fields."""
+    output = sacctmgr(layout, "-n", "-P", "show", *args).stdout
+    return [line.split("|") for line in output.splitlines() if line.strip()]
+
+
+def start_slurmdbd(layout: Layout, settings: Settings, log: Log) -> bool:
+    child = start(daemons(layout, settings)["slurmdbd"], layout, log)
+    if child:
+        def answers() -> bool:
+            return sacctmgr(layout, "-n", "-P", "show", "cluster", check=False).returncode == 0
+
+        wait_for(answers, "slurmdbd", 90, child, layout.logfile("slurmdbd"))
+    if [CLUSTER] not in sacctmgr_rows(layout, "cluster", "format=cluster"):
+        sacctmgr(layout, "-i", "add", "cluster", CLUSTER)  # before slurmctld starts
+        log(f"registered cluster {CLUSTER} in accounting")
+    return child is not None
+
+
+def start_slurmctld(layout: Layout, settings: Settings, log: Log) -> bool:
+    child = start(daemons(layout, settings)["slurmctld"], layout, log)
+    if child:
+        def answers() -> bool:
+            result = run_cmd([str(BIN / "scontrol"), "ping"], env=client_env(layout), check=False)
+            return result.returncode == 0 and " is UP" in result.stdout
+
+        wait_for(answers, "slurmctld", 60, child, layout.logfile("slurmctld"))
+    return child is not None
+
+
+def start_slurmds(layout: Layout, settings: Settings, log: Log) -> bool:
+    started = False
+    for node in NODES:
+        started = start(daemons(layout, settings)[f"slurmd-{node}"], layout, log) is not None or started
+    return started
+
+
+def node_states(layout: Layout) -> dict[str, str]:
+    result = run_cmd([str(BIN / "sinfo"), "-h", "-N", "-o", "%N %T"], env=client_env(layout), check=False)
+    return dict(line.split(maxsplit=1) for line in result.stdout.splitlines() if line.strip())
+
+
+def wait_nodes_ready(layout: Layout, log: Log, timeout: float = 90) -> None:
+    """Until every node answers and takes jobs; nodes left down or drained by an earlier session are resumed."""
+    deadline = time.monotonic() + timeout
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        states = node_states(layout)
+        if set(states) == set(NODES) and all(state in READY_NODE_STATES for state in states.values()):
+            return
+        for node, state in states.items():
+            if state in ("down", "drained", "draining"):
+                run_cmd([str(BIN / "scontrol"), "update", f"nodename={node}", "state=resume"], env=client_env(layout))
+                log(f"resumed {node} (was {state})")
+        time.sleep(0.3)
+    raise ClusterError(f"nodes not ready within {timeout:.0f} s: {states}{log_tail(layout.logfile('slurmd-node1'))}")
+
+
+def wait_controller_registered(layout: Layout, timeout: float = 60) -> None:
+    """slurmctld has connected to slurmdbd (GRES TRES are unknown to accounting before that)."""
+    def registered() -> bool:
+        rows = sacctmgr_rows(layout, "cluster", CLUSTER, "format=controlhost")
+        return bool(rows and rows[0][0])
+
+    wait_for(registered, "slurmctld registering with slurmdbd", timeout, None, layout.logfile("slurmctld"))
+
+
+def ensure_accounts(layout: Layout, log: Log) -> None:
+    """QOS high (preempts normal), one account per desk, each researcher in their desk's account."""
+    if ["high"] not in sacctmgr_rows(layout, "qos", "format=name"):
+        sacctmgr(layout, "-i", "add", "qos", "high", "Priority=100", "Preempt=normal", "PreemptMode=requeue")
+        log("added QOS high (preempts normal)")
+    accounts = {row[0] for row in sacctmgr_rows(layout, "account", "format=account")}
+    for account in TENANTS:
+        if account not in accounts:
+            sacctmgr(layout, "-i", "add", "account", account, f"Cluster={CLUSTER}", f"Description={account}",
+                     "Organization=cellscale", "QOS=normal,high", "DefaultQOS=normal")
+            log(f"added account {account}")
+    pairs = {tuple(row) for row in sacctmgr_rows(layout, "assoc", f"cluster={CLUSTER}", "format=account,user")}
+    for account, users in TENANTS.items():
+        for user in users:
+            if (account, user) not in pairs:
+                sacctmgr(layout, "-i", "add", "user", user, f"Account={account}", f"DefaultAccount={account}",
+                         f"Cluster={CLUSTER}")
+                log(f"added {user} to {account}")
+
+
+def wait_controller_knows_users(layout: Layout, timeout: float = 30) -> None:
+    """slurmdbd pushes new associations to slurmctld asynchronously: wait until a job would be accepted."""
+    wanted = {user for users in TENANTS.values() for user in users}
+
+    def known() -> bool:
+        result = run_cmd([str(BIN / "scontrol"), "show", "assoc_mgr", "flags=users"], env=client_env(layout),
+                         check=False)
+        seen = set(re.findall(r"UserName=([^(\s]+)", result.stdout))
+        return wanted <= seen
+
+    wait_for(known, "slurmctld learning the researchers' associations", timeout)
+
+
+# ---------------------------------------------------------------------------- up, down, status
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A running dev cluster, as `up` leaves it."""
+
+    state_dir: Path
+    started: tuple[str, ...]  # what this `up` started; empty when the cluster already ran
+    seconds: float
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.state_dir)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Add this to a client's environment: {"SLURM_CONF": ...}."""
+        return self.layout.env
+
+    @property
+    def jobs_dir(self) -> Path:
+        """Writable by every researcher (mode 1777): put job output here."""
+        return self.layout.jobs
+
+
+def up(state_dir: Path | str = DEFAULT_STATE_DIR, *, template_dir: Path = TEMPLATE_DIR, log: Log = print) -> Cluster:
+    """Install, configure and start the cluster; on a running cluster only check it."""
+    began = time.monotonic()
+    require_root()
+    layout = layout_for(state_dir)
+    ensure_packages(log)
+    ensure_users(log)
+    settings = prepare_state(layout, template_dir, log)
+    before = {name for name in daemon_names() if pid_of(layout, name)}
+    start_munge(layout, settings, log)
+    start_mariadb(layout, settings, log)
+    start_slurmdbd(layout, settings, log)
+    start_slurmctld(layout, settings, log)
+    start_slurmds(layout, settings, log)
+    started = tuple(name for name in daemon_names() if name not in before)
+    if started:
+        wait_nodes_ready(layout, log)
+        wait_controller_registered(layout)
+    ensure_accounts(layout, log)
+    wait_controller_knows_users(layout)
+    return Cluster(layout.root, started, time.monotonic() - began)
+
+
+def cancel_jobs(layout: Layout, log: Log, timeout: float = 20) -> None:
+    """Cancel every job of this cluster, so no job step outlives its slurmd."""
+    squeue = [str(BIN / "squeue"), "-h", "-o", "%i"]
+    ids = run_cmd(squeue, env=client_env(layout), check=False).stdout.split()
+    if not ids:
+        return
+    run_cmd([str(BIN / "scancel"), *ids], env=client_env(layout), check=False)
+    log(f"cancelled {len(ids)} job(s)")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and run_cmd(squeue, env=client_env(layout), check=False).stdout.split():
+        time.sleep(0.3)
+
+
+def down(state_dir: Path | str = DEFAULT_STATE_DIR, *, log: Log = print) -> None:
+    """Stop every daemon `up` started in this state dir (by pid file); keep the state dir."""
+    require_root()
+    layout = layout_for(state_dir)
+    if not layout.run.exists():
+        log(f"nothing to stop in {layout.root}")
+        return
+    if pid_of(layout, "slurmctld"):
+        cancel_jobs(layout, log)
+    for name in reversed(daemon_names()):
+        stop(name, layout, log)
+
+
+def status(state_dir: Path | str = DEFAULT_STATE_DIR, *, log: Log = print) -> bool:
+    """Print what runs (and sinfo); True when every daemon runs."""
+    layout = layout_for(state_dir)
+    pids = {name: pid_of(layout, name) for name in daemon_names()}
+    log(f"{'daemon':<14} {'pid':>8}  state")
+    for name, pid in pids.items():
+        log(f"{name:<14} {pid or '-':>8}  {'running' if pid else 'stopped'}")
+    if pids["slurmctld"]:
+        log("")
+        log(run_cmd([str(BIN / "sinfo")], env=client_env(layout), check=False).stdout.rstrip())
+        log("")
+        log(f"export SLURM_CONF={layout.conf}")
+    return all(pids.values())
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise ClusterError("run as root: it installs packages, creates users and starts daemons that switch users")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cellscale_hub.dev.slurm", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help=f"default: {DEFAULT_STATE_DIR}")
+    parser.add_argument("--templates", type=Path, default=TEMPLATE_DIR, help=f"default: {TEMPLATE_DIR}")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            cluster = up(args.state_dir, template_dir=args.templates)
+            print(f"cluster {'started' if cluster.started else 'already running'} in {cluster.seconds:.1f} s")
+            status(args.state_dir)
+            return 0
+        if args.command == "down":
+            down(args.state_dir)
+            return 0
+        return 0 if status(args.state_dir) else 3
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
