@@ -16,7 +16,7 @@ def launch_plan(ref: AttemptRef) -> LaunchPlan:
     return LaunchPlan(
         job_id=ref.job_id, attempt=ref.number, launcher=spec.launcher, nodes=res.nodes,
         gpus_per_node=res.gpus_per_node, procs_per_node=procs, gpu_ids=list(ref.gpu_ids),
-        outputs=spec.outputs, input_names=spec.input_names, env=spec.env, timeout_min=res.timeout_min,
+        outputs=spec.outputs, input_names=spec.input_names, env=spec.env, timeout_s=res.timeout_min * 60.0,
     )
 
 

@@ -44,7 +44,7 @@ class LaunchPlan(BaseModel):
     outputs: list[str] = Field(default_factory=list)
     input_names: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
-    timeout_min: int = 60
+    timeout_s: float = 3600.0
     master_addr: str | None = Field(None, description="Address of node 0; None: the first host Slurm allocated.")
     master_port: int | None = None
 

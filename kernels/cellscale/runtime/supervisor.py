@@ -105,7 +105,7 @@ class Supervisor:
     def _wait(self, child: subprocess.Popen[bytes]) -> ExitRecord:
         self.child = child
         try:
-            code = child.wait(timeout=self.plan.timeout_min * 60)
+            code = child.wait(timeout=self.plan.timeout_s)
         except subprocess.TimeoutExpired:
             self.stop_reason = "timeout"
             self._terminate()
@@ -114,7 +114,7 @@ class Supervisor:
 
     def _record(self, code: int) -> ExitRecord:
         if self.stop_reason == "timeout":
-            return ExitRecord(code=code, reason="timeout", message=f"ran past --time {self.plan.timeout_min} min")
+            return ExitRecord(code=code, reason="timeout", message=f"ran past its time limit ({self.plan.timeout_s:.0f} s)")
         if self.stop_reason == "cancelled":
             return ExitRecord(code=code, reason="cancelled")
         if code == 0:

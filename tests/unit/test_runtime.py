@@ -1,0 +1,54 @@
+"""The in-job runtime run for real on a hand-written job directory (no control plane)."""
+
+import json
+import subprocess
+import sys
+import time
+
+from cellscale.runtime.jobdir import JobDir, LaunchPlan
+from cellscale.runtime.rank import visible_devices
+from cellscale.spec import Launcher
+
+
+def job_dir(tmp_path, source: str, **plan) -> JobDir:
+    jd = JobDir(tmp_path / "cs-test")
+    jd.root.mkdir()
+    jd.cell.write_text(source)
+    jd.write_plan(LaunchPlan(job_id="cs-test", attempt=1, launcher=Launcher.plain, nodes=1, gpus_per_node=0,
+                             procs_per_node=1, **plan))
+    return jd
+
+
+def supervise(jd: JobDir, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cellscale.runtime.supervisor", str(jd.root), "1"],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_time_limit_stops_the_job_and_says_so(tmp_path):
+    jd = job_dir(tmp_path, "import time\nprint('start', flush=True)\ntime.sleep(60)", timeout_s=1.5)
+    started = time.monotonic()
+    supervise(jd)
+    assert time.monotonic() - started < 30
+    record = jd.read_exit(1)
+    assert record.reason == "timeout" and "time limit" in record.message
+    assert "[rank 0] start" in jd.log.read_text()
+
+
+def test_env_inputs_and_outputs(tmp_path):
+    import cloudpickle
+
+    from cellscale.bundle import pack_inputs
+
+    jd = job_dir(tmp_path, "import os\nout = (os.environ['MODE'], base * 2)", env={"MODE": "fast"},
+                 input_names=["base"], outputs=["out"])
+    jd.inputs.write_bytes(pack_inputs({"base": 21}, ["base"]))
+    supervise(jd)
+    assert jd.read_exit(1).reason == "succeeded"
+    assert cloudpickle.loads(jd.result.read_bytes()) == {"out": ("fast", 42)}
+    assert json.loads((jd.node_dir(1) / "heartbeat.json").read_text())["pid"] > 0
+
+
+def test_one_gpu_per_rank_when_there_is_one_per_rank():
+    assert visible_devices("4,5", 1, 2) == "5"
+    assert visible_devices("4,5,6", 1, 2) == "4,5,6"
+    assert visible_devices("", 0, 1) == ""
