@@ -6,6 +6,7 @@ Fixtures: `hub` (URLs, admin API, state dir), `token(user)`, `server(user)`, `ke
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from tests.integration.kernel import RemoteKernel
+from tests.integration.slurm_fixtures import slurm_cluster  # noqa: F401 - a session fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = Path(__file__).with_name("jupyterhub_test_config.py")
@@ -64,9 +66,9 @@ def _wait(url: str, timeout: float) -> None:
     raise TimeoutError(f"{url} not up within {timeout}s")
 
 
-@pytest.fixture(scope="session")
-def hub(tmp_path_factory):
-    state = tmp_path_factory.mktemp("hubstate")
+@contextlib.contextmanager
+def running_hub(state: Path, extra_env: dict[str, str] | None = None):
+    """A JupyterHub subprocess on free ports with the test config; stopped with SIGTERM."""
     ports = {name: free_port() for name in ("hub", "api", "proxy", "service")}
     admin_token = secrets.token_hex(16)
     env = dict(
@@ -78,6 +80,7 @@ def hub(tmp_path_factory):
         CELLSCALE_SERVICE_PORT=str(ports["service"]),
         CELLSCALE_TEST_ADMIN_TOKEN=admin_token,
         CELLSCALE_LOCAL_GPUS="4",
+        **(extra_env or {}),
     )
     log = open(state / "jupyterhub.log", "wb")
     proc = subprocess.Popen([str(Path(sys.executable).with_name("jupyterhub")), "-f", str(CONFIG)], cwd=state, env=env,
@@ -100,6 +103,12 @@ def hub(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def hub(tmp_path_factory):
+    with running_hub(tmp_path_factory.mktemp("hubstate")) as the_hub:
+        yield the_hub
+
+
+@pytest.fixture(scope="session")
 def token(hub):
     made: dict[str, str] = {}
 
@@ -115,23 +124,26 @@ def token(hub):
     return make
 
 
+def start_server(hub: Hub, user: str, timeout: float = 120) -> None:
+    """Start a user's server through the hub's API and wait until the hub says it is ready."""
+    response = hub.admin.post(f"users/{user}/server")
+    assert response.status_code in (201, 202, 400), response.text
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if hub.admin.get(f"users/{user}").json().get("servers", {}).get("", {}).get("ready"):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"{user}'s server did not start within {timeout}s")
+
+
 @pytest.fixture(scope="session")
 def server(hub):
     started: set[str] = set()
 
     def start(user: str) -> None:
-        if user in started:
-            return
-        response = hub.admin.post(f"users/{user}/server")
-        assert response.status_code in (201, 202, 400), response.text
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            model = hub.admin.get(f"users/{user}").json()
-            if model.get("servers", {}).get("", {}).get("ready"):
-                started.add(user)
-                return
-            time.sleep(0.5)
-        raise TimeoutError(f"{user}'s server did not start")
+        if user not in started:
+            start_server(hub, user)
+            started.add(user)
 
     return start
 

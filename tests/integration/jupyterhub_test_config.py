@@ -1,9 +1,11 @@
-# The demo hub configuration, plus an admin service whose token the tests use to create
-# users' tokens and start their servers.
+# A hub configuration from config/ (the demo's by default; CELLSCALE_TEST_HUB_BASE picks
+# another), plus an admin service whose token the tests use to create users' tokens and
+# start their servers.
 import os
 from pathlib import Path
 
-load_subconfig(str(Path(__file__).resolve().parents[2] / "config" / "jupyterhub_config.py"))  # noqa: F821
+base = os.environ.get("CELLSCALE_TEST_HUB_BASE", "jupyterhub_config.py")
+load_subconfig(str(Path(__file__).resolve().parents[2] / "config" / base))  # noqa: F821
 
 c = get_config()  # noqa: F821
 c.JupyterHub.services.append({"name": "test-admin", "api_token": os.environ["CELLSCALE_TEST_ADMIN_TOKEN"]})

@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
 from cellscale.spec import Phase
 from cellscale_hub.drivers.slurm import SlurmDriver
+from cellscale_hub.store import Store
 from cellscale_hub.tenancy import Tenancy
 from tests.controlplane.conftest import Plane
 
@@ -40,9 +43,11 @@ dist.destroy_process_group()
 
 
 @pytest.fixture
-def slurm_plane(tmp_path, store, slurm_cluster):
-    jobs_root = slurm_cluster.state_dir / "jobs" / tmp_path.name
-    jobs_root.mkdir(parents=True, mode=0o711)
+def slurm_plane(tmp_path, slurm_cluster):
+    store = Store(f"sqlite:///{tmp_path / 'cellscale.sqlite'}")  # the store's own tests cover PostgreSQL
+    store.migrate()
+    jobs_root = Path(tempfile.mkdtemp(prefix="cellscale-", dir=slurm_cluster.jobs_dir))
+    jobs_root.chmod(0o711)  # the researchers' jobs reach their own job dirs, nothing else
     driver = SlurmDriver(name="slurm", slurm_conf=slurm_cluster.env["SLURM_CONF"], master_addr="127.0.0.1")
     return Plane(tmp_path, store, drivers={"slurm": driver}, tenancy=TENANCY, jobs_root=jobs_root)
 

@@ -134,6 +134,8 @@ class Supervisor:
             PYTHONUNBUFFERED="1",
             TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
         )
+        if self.plan.launcher is Launcher.plain:  # one rank per node
+            env.update(RANK=str(self.node), LOCAL_RANK="0", WORLD_SIZE=str(self.plan.nodes))
         if self.plan.gpu_ids:  # the local backend assigns ids; Slurm sets CUDA_VISIBLE_DEVICES itself
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.plan.gpu_ids))
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
