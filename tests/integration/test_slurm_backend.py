@@ -4,7 +4,6 @@ the desk's account, multi-node torchrun and Ray, topology, a node failure record
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
@@ -53,8 +52,8 @@ def slurm_plane(tmp_path, slurm_cluster):
 
 
 def sacct(cluster, job_id: str) -> dict:
-    out = subprocess.run(["sacct", "--json", "-X", "-j", job_id], env=cluster.env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)["jobs"][0]
+    """The job's accounting record once slurmdbd has settled it (it writes asynchronously)."""
+    return cluster.wait_done(int(job_id))
 
 
 def logs(plane, job_id):
