@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,8 +104,12 @@ def running_hub(state: Path, extra_env: dict[str, str] | None = None):
 
 
 @pytest.fixture(scope="session")
-def hub(tmp_path_factory):
-    with running_hub(tmp_path_factory.mktemp("hubstate")) as the_hub:
+def hub(tmp_path_factory, slurm_cluster):
+    """The demo hub, with the Slurm dev cluster as a second backend (`--backend slurm`)."""
+    jobs_root = Path(tempfile.mkdtemp(prefix="hub-", dir=slurm_cluster.jobs_dir))
+    jobs_root.chmod(0o711)  # researchers' Slurm jobs reach their own job dirs, nothing else
+    slurm = {"CELLSCALE_SLURM_CONF": slurm_cluster.env["SLURM_CONF"], "CELLSCALE_JOBS_ROOT": str(jobs_root)}
+    with running_hub(tmp_path_factory.mktemp("hubstate"), slurm) as the_hub:
         yield the_hub
 
 

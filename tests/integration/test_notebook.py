@@ -44,6 +44,16 @@ seen = sorted(ray.get([which_gpu.remote(i) for i in range(2)]))
 print("gpus seen by tasks:", seen)
 """
 
+SLURM_CELL = """%%cluster --gpus 16 --launcher torchrun --backend slurm --outputs world,total
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(t)
+world, total = dist.get_world_size(), t.item()
+print(f"rank {dist.get_rank()} of {world} on node {__import__('os').environ['CELLSCALE_NODE']}", flush=True)
+dist.destroy_process_group()
+"""
+
 COUNTING_CELL = """%%cluster --gpus 1 --launcher plain --outputs total --name counter
 import time
 for i in range({n}):
@@ -122,3 +132,15 @@ def test_control_plane_killed_mid_job_then_the_job_completes_with_intact_logs(hu
     widget_ticks = {line for line in run.text.splitlines() if line.startswith("[rank 0] tick")}
     assert widget_ticks == set(ticks)  # the notebook saw every line despite the restart
     assert k.execute("print(total)").text.strip() == str(n)
+
+
+def test_sixteen_gpu_ddp_cell_on_two_slurm_nodes(hub, token, kernel, slurm_cluster):
+    k = kernel("alice")
+    run = k.execute(SLURM_CELL, timeout=400)
+    assert run.reply["status"] == "ok", run.text
+    assert k.execute("print(world, int(total))").text.split() == ["16", str(sum(range(16)))]
+    job = latest_job(hub, token, "alice")
+    assert job["backend"] == "slurm" and job["spec"]["resources"]["nodes"] == 2  # 16 GPUs = 2 whole nodes
+    assert "[rank 15] rank 15 of 16 on node 1" in run.text and "[rank 0] rank 0 of 16 on node 0" in run.text
+    record = slurm_cluster.wait_done(int(job["attempts"][0]["backend_ref"]))
+    assert (record["account"], record["user"]) == ("desk-a", "alice")
