@@ -148,7 +148,7 @@ class Controller:
         if obs.state is AttemptState.UNKNOWN:
             if attempt.state != AttemptState.UNKNOWN.value:
                 q.add_event(session, job, kind="attempt", attempt=attempt.number, reason="BackendUnknown",
-                            message="the backend did not report this attempt; keeping it")
+                            message=obs.reason or "the backend did not report this attempt; keeping it")
             attempt.state = AttemptState.UNKNOWN.value
             return
         if obs.state.ended:

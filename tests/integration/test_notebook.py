@@ -94,7 +94,7 @@ def test_ray_cell_gets_its_gpus(hub, token, kernel):
     seen = k.execute("print(seen)").text
     gpus = eval(seen)  # noqa: S307 - our own test output
     assert len(gpus) == 2 and len(set(gpus)) == 2, seen
-    assert "ray head ready" in run.text
+    assert "ray cluster ready: 1 node(s), 2 GPUs" in run.text
     assert latest_job(hub, token, "bob")["phase"] == "SUCCEEDED"
 
 
@@ -144,3 +144,23 @@ def test_sixteen_gpu_ddp_cell_on_two_slurm_nodes(hub, token, kernel, slurm_clust
     assert "[rank 15] rank 15 of 16 on node 1" in run.text and "[rank 0] rank 0 of 16 on node 0" in run.text
     record = slurm_cluster.wait_done(int(job["attempts"][0]["backend_ref"]))
     assert (record["account"], record["user"]) == ("desk-a", "alice")
+
+
+RAY_SLURM_CELL = """%%cluster --launcher ray --backend slurm --nodes 2 --gpus-per-node 1 --outputs hosts
+import ray
+ray.init()
+print("nodes", len([n for n in ray.nodes() if n["Alive"]]), "gpus", int(ray.cluster_resources()["GPU"]))
+@ray.remote(num_gpus=1)
+def where():
+    return ray.get_runtime_context().get_node_id()
+hosts = len(set(ray.get([where.remote() for _ in range(2)])))
+"""
+
+
+def test_ray_cell_across_two_slurm_nodes(hub, token, kernel):
+    k = kernel("bob")
+    run = k.execute(RAY_SLURM_CELL, timeout=400)
+    assert run.reply["status"] == "ok", run.text
+    assert "[rank 0] nodes 2 gpus 2" in run.text
+    assert k.execute("print(hosts)").text.strip() == "2"  # one task on each node
+    assert latest_job(hub, token, "bob")["backend"] == "slurm"

@@ -96,3 +96,13 @@ def test_rendezvous_port_is_stable_per_attempt():
     spec = JobSpec(source="x")
     assert master_port(ref(spec)) == master_port(ref(spec))
     assert 20000 <= master_port(ref(spec)) < 40000
+
+
+def test_an_unsettled_accounting_record_is_unknown_not_final(tmp_path):
+    driver = FixedSlurm(name="slurm")
+    attempt = AttemptRef(job_id="cs-0123456789ab", number=1, job_dir=tmp_path, spec=JobSpec(source="x"),
+                         backend_ref="42", owner="alice", tenant="desk-a")
+    early = {"state": {"current": "NODE_FAIL"}, "allocation_nodes": 0, "nodes": "node1"}
+    assert driver._observe(attempt, early).state.value == "UNKNOWN"
+    never_ran = {"state": {"current": "CANCELLED"}, "allocation_nodes": 0, "nodes": "None assigned"}
+    assert driver._observe(attempt, never_ran).state.value == "CANCELLED"

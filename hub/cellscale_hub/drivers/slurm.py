@@ -217,6 +217,10 @@ class SlurmDriver(Driver):
             running = ref.dir.ranks_started(ref.number) >= launch_plan(ref).expected_ranks
             return Observation(AttemptState.RUNNING if running else AttemptState.STARTING)
         if state in ENDED:
+            if not entry.get("allocation_nodes") and entry.get("nodes") not in (None, "", "None assigned"):
+                # slurmdbd writes asynchronously: for a moment after the end the record shows
+                # the first node only and no allocation; the next poll sees it whole
+                return Observation(AttemptState.UNKNOWN, reason=f"Slurm accounting of job {ref.backend_ref} is settling")
             return Observation(ENDED[state], exit_code=_exit_code(entry), reason=self._end_reason(ref, state, entry))
         return Observation(AttemptState.UNKNOWN, reason=f"Slurm state {state or '?'}")
 
