@@ -64,9 +64,11 @@ class Controller:
     # -- one cycle -------------------------------------------------------------------------
     def cycle(self) -> None:
         for name, driver in self.drivers.items():
-            self.reconcile(name, driver)
-            self.send_cancels(driver)
-            self.admit(name, driver)
+            for step in (self.send_cancels, self.reconcile, self.admit):
+                try:
+                    step(name, driver)
+                except Exception:  # a backend that does not answer must not stall the others
+                    log.exception("%s on backend %s failed; its attempts keep their last known state", step.__name__, name)
 
     def ref(self, job: Job, attempt: Attempt) -> AttemptRef:
         return AttemptRef(
@@ -160,7 +162,11 @@ class Controller:
             attempt.started_at = utcnow()
         attempt.state = obs.state.value
         outcome = outcome_of(obs.state, obs.reason, job.cancel_requested)
-        if outcome and Phase(job.phase) is not outcome.phase and not Phase(job.phase).terminal:
+        if outcome is None or Phase(job.phase).terminal:
+            return
+        if Phase(job.phase) is outcome.phase:
+            job.reason = outcome.reason  # e.g. Slurm's own reason for waiting changed
+        else:
             q.transition(session, job, outcome.phase, outcome.phase.value.title(), attempt=attempt.number,
                          message=outcome.reason)
 
@@ -176,13 +182,13 @@ class Controller:
             job.result_available = (self.jobs_root / job.id / "result.pkl").exists()
         q.transition(session, job, outcome.phase, _reason_word(obs), attempt=attempt.number, message=outcome.reason)
 
-    def send_cancels(self, driver: Driver) -> None:
+    def send_cancels(self, backend: str, driver: Driver) -> None:
         with self.store.session() as session:
             targets = [
                 self.ref(job, attempt)
                 for job in q.cancel_requested_active(session)
                 for attempt in job.attempts
-                if attempt.backend == driver.name and attempt.state in q.ACTIVE_ATTEMPT_STATES
+                if attempt.backend == backend and attempt.state in q.ACTIVE_ATTEMPT_STATES
             ]
         for ref in targets:
             if ref.key not in self._cancel_sent:

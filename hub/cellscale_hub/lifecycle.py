@@ -38,10 +38,11 @@ class Outcome:
     reason: str
 
 
-def outcome_of(state: AttemptState, end_reason: str | None, cancel_requested: bool) -> Outcome | None:
-    """Map an attempt's state to the job's next phase; None when the job should stay put."""
+def outcome_of(state: AttemptState, reason: str | None, cancel_requested: bool) -> Outcome | None:
+    """Map an attempt's state (and the backend's reason) to the job's next phase and its
+    reason; None when the job should stay put."""
     if state is AttemptState.STARTING:
-        return Outcome(P.STARTING, "the backend is starting the ranks")
+        return Outcome(P.STARTING, reason or "the backend is starting the ranks")
     if state is AttemptState.RUNNING:
         return Outcome(P.RUNNING, "all ranks are running")
     if state is AttemptState.SUCCEEDED:
@@ -49,7 +50,7 @@ def outcome_of(state: AttemptState, end_reason: str | None, cancel_requested: bo
     if state is AttemptState.CANCELLED or (cancel_requested and state.ended):
         return Outcome(P.CANCELLED, "cancelled by request")
     if state is AttemptState.FAILED:
-        return Outcome(P.FAILED, end_reason or "a rank failed")
+        return Outcome(P.FAILED, reason or "a rank failed")
     if state is AttemptState.LOST:
-        return Outcome(P.FAILED, end_reason or "the attempt's processes vanished without an exit record")
+        return Outcome(P.FAILED, reason or "the attempt's processes vanished without an exit record")
     return None  # SUBMITTING, UNKNOWN: keep what we know

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 
 import cloudpickle
 
@@ -88,7 +90,7 @@ def test_cancel_stops_the_processes(plane):
     job = plane.submit(source="import time\nprint('up', flush=True)\ntime.sleep(300)").json()
     plane.run_until(job["id"], {Phase.RUNNING})
     started = (plane.jobs_root / job["id"] / "attempts" / "1" / "node0" / "started").read_text()
-    pid = int(__import__("json").loads(started)["pid"])
+    pid = int(json.loads(started)["pid"])
     assert plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice")).status_code == 200
     done = plane.run_until(job["id"], TERMINAL, timeout=60)
     assert done["phase"] == "CANCELLED"
@@ -140,3 +142,27 @@ def _alive(pid):
     return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
 
 
+
+
+def test_a_backend_that_does_not_answer_stalls_no_other(tmp_path, store):
+    from cellscale_hub.drivers.local import LocalDriver
+    from tests.controlplane.conftest import Plane, TENANCY
+
+    class Unreachable(LocalDriver):
+        def poll(self, refs):
+            raise RuntimeError("squeue: error: Unable to contact slurm controller")
+
+    broken = Unreachable(name="broken", gpus=4)
+    plane = Plane(tmp_path, store, drivers={"broken": broken, "local": LocalDriver(name="local", gpus=4)}, tenancy=TENANCY)
+    stuck = plane.submit(source="import time\ntime.sleep(30)", backend="broken").json()
+    plane.controller.cycle()  # admits and launches it; its polls fail from now on
+    job = plane.submit(source="print('fine')").json()
+    assert plane.run_until(job["id"], TERMINAL)["phase"] == "SUCCEEDED"
+    assert plane.http.get(f"/api/jobs/{stuck['id']}", headers=plane.as_("alice")).json()["phase"] == "STARTING"
+    plane.http.post(f"/api/jobs/{stuck['id']}/cancel", headers=plane.as_("alice"))
+    pid = int(json.loads((plane.jobs_root / stuck["id"] / "attempts" / "1" / "node0" / "started").read_text())["pid"])
+    plane.controller.cycle()  # the cancel still reaches the backend
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(pid)
