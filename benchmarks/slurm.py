@@ -16,20 +16,21 @@
 2. throughput: M submissions (500, --quick 100) of a tiny CPU-only job, one after the
    other, from one thread. Raw: `runuser -u alice -- sbatch --parsable` of a script that runs
    `true`. cellscale: POST /api/jobs of the cell `pass`, timed until every attempt has its
-   Slurm id (accepted by the API AND submitted by the controller). Each flood starts on an empty
-   queue. The partition is set to State=DOWN during the floods (jobs are queued, none starts,
-   so running 500 jobs on the same 2 cores does not slow the submitters; --run-jobs keeps it
-   UP) and put back as it was; every job is cancelled (scancel as root) and the queue waited
-   empty.
+   Slurm id (accepted by the API AND submitted by the controller). Each flood starts on an idle
+   cluster; the jobs run while the flood goes on (on the same cores as the submitters). After
+   each flood every job still queued is cancelled (scancel as root) and waited out.
+
+Only this benchmark's own jobs are ever cancelled (their Slurm ids: from sbatch, and from the
+store); it never changes the cluster's configuration, partitions or nodes.
 
 The control plane runs in this process: the API through FastAPI's TestClient with the test
 suite's table identity (tests/controlplane/conftest.py; a real `python -m cellscale_hub` takes
 its tokens from a JupyterHub, and --personal would submit as root to a "personal" account), a
 SQLite store, and its real controller thread (woken by every submit, polling every 0.5 s).
-The cluster is started if it is not running, and then stopped at the end; a running one is
-left running. Must run as root (runuser, scontrol).
+The cluster is started if it is not running, and then stopped at the end (unless someone
+else's jobs are queued by then); a running one is left running. Must run as root (runuser).
 
-    .venv/bin/python benchmarks/slurm.py [--quick] [--reps N] [--submits M] [--run-jobs]
+    .venv/bin/python benchmarks/slurm.py [--quick] [--reps N] [--submits M]
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ TRIVIAL = f"""#!/bin/bash
 true
 """
 ENV: dict[str, str] = {}  # the environment the driver gives Slurm commands (set in main)
+RAW_IDS: set[str] = set()  # every Slurm id the raw path submitted
 
 
 def slurm(*argv: str, user: str | None = None) -> str:
@@ -90,7 +92,9 @@ def slurm(*argv: str, user: str | None = None) -> str:
 
 
 def sbatch(script: Path) -> str:
-    return slurm("sbatch", "--parsable", str(script), user=USER).strip().split(";")[0]
+    slurm_id = slurm("sbatch", "--parsable", str(script), user=USER).strip().split(";")[0]
+    RAW_IDS.add(slurm_id)
+    return slurm_id
 
 
 def state(*selector: str) -> str:
@@ -98,8 +102,9 @@ def state(*selector: str) -> str:
     return slurm("squeue", "-h", *selector, "-o", "%T").strip()
 
 
-def wait_idle(timeout: float = 120) -> None:
-    """Until the queue is empty and every node is idle (not completing)."""
+def wait_idle(timeout: float = 300) -> None:
+    """Until the queue is empty and every node is idle (not completing). Other people's jobs are
+    waited for, never cancelled."""
     deadline = time.monotonic() + timeout
     while slurm("squeue", "-h", "-o", "%i").split() or set(slurm("sinfo", "-h", "-N", "-o", "%T").split()) != {"idle"}:
         if time.monotonic() > deadline:
@@ -107,13 +112,25 @@ def wait_idle(timeout: float = 120) -> None:
         time.sleep(0.2)
 
 
-def cancel_all(timeout: float = 180) -> int:
-    """scancel (as root) every job of USER; wait until the queue is empty. Returns how many."""
-    ids = slurm("squeue", "-h", "-u", USER, "-o", "%i").split()
-    for start in range(0, len(ids), 200):
-        slurm("scancel", *ids[start:start + 200])
-    wait_idle(timeout)
-    return len(ids)
+def queued(plane: Plane) -> tuple[list[str], list[str]]:
+    """Slurm ids in the queue: (this benchmark's, everyone else's)."""
+    with plane.store.session() as session:
+        ours = set(session.scalars(select(Attempt.backend_ref).where(Attempt.backend_ref.is_not(None))))
+    ids = slurm("squeue", "-h", "-o", "%i").split()
+    return [i for i in ids if i in RAW_IDS or i in ours], [i for i in ids if i not in RAW_IDS and i not in ours]
+
+
+def cancel_mine(plane: Plane, timeout: float = 300) -> int:
+    """scancel (as root) this benchmark's queued jobs and wait until they have left the queue."""
+    mine, _ = queued(plane)
+    for start in range(0, len(mine), 200):
+        slurm("scancel", *mine[start:start + 200])
+    deadline = time.monotonic() + timeout
+    while (left := queued(plane)[0]):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(left)} of this benchmark's jobs still queued after {timeout:.0f} s: {left[:10]}")
+        time.sleep(0.3)
+    return len(mine)
 
 
 # -- 1. overhead ---------------------------------------------------------------------------
@@ -196,18 +213,45 @@ def bench_overhead(plane: Plane, reps: int) -> dict:
 
 # -- 2. throughput -------------------------------------------------------------------------
 def queue_summary() -> dict[str, int]:
-    """How the queued jobs wait: {"PENDING PartitionDown": 500, ...}."""
+    """What the queue holds: {"PENDING Resources": 300, "RUNNING None": 128, ...}."""
     return dict(Counter(slurm("squeue", "-h", "-o", "%T %r").splitlines()))
 
 
-def raw_flood(submits: int, script: Path) -> dict:
-    t0 = time.perf_counter()
+def cpu_times() -> tuple[int, int]:
+    """(all, idle) jiffies of the whole machine, from /proc/stat."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields), fields[3] + fields[4]  # idle + iowait
+
+
+def busy_since(start: tuple[int, int]) -> float:
+    """Fraction of the machine's CPU time that was busy since `start` (cpu_times())."""
+    total, idle = (now - then for now, then in zip(cpu_times(), start))
+    return 1 - idle / total if total else float("nan")
+
+
+def raw_flood(plane: Plane, submits: int, script: Path) -> dict:
+    wait_idle()
+    cpu, t0 = cpu_times(), time.perf_counter()
     for _ in range(submits):
         sbatch(script)
     wall = time.perf_counter() - t0
-    queued = queue_summary()
-    return {"submits": submits, "wall_s": wall, "per_s": submits / wall, "queue_after": queued,
-            "cancelled": cancel_all()}
+    return {"submits": submits, "wall_s": wall, "per_s": submits / wall, "cpu_busy": busy_since(cpu),
+            "queue_after": queue_summary(), "cancelled_after": cancel_mine(plane)}
+
+
+def timing(obj: object, method: str) -> list[float]:
+    """Record how long each call of obj.method takes, from now on."""
+    original, seconds = getattr(obj, method), []
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - t0)
+
+    setattr(obj, method, timed)
+    return seconds
 
 
 def ours_flood(plane: Plane, submits: int) -> dict:
@@ -218,8 +262,11 @@ def ours_flood(plane: Plane, submits: int) -> dict:
                                                                                      Attempt.backend_ref.is_(None)))
         return refs, failed
 
+    wait_idle()
+    driver = plane.drivers["slurm"]
+    submit_s, poll_s = timing(driver, "submit"), timing(driver, "poll")  # where the controller's time goes
     before = counts()
-    t0 = time.perf_counter()
+    cpu, t0 = cpu_times(), time.perf_counter()
     for i in range(submits):
         response = plane.submit(USER, source="pass", name=f"bench-{i}", resources=CPU_ONLY)
         assert response.status_code == 201, response.text
@@ -238,42 +285,31 @@ def ours_flood(plane: Plane, submits: int) -> dict:
             break
         time.sleep(POLL)
     wall = (last_change if stalled else time.perf_counter()) - t0
-    queued = queue_summary()
+    queue_after, busy = queue_summary(), busy_since(cpu)
     plane.controller.stop()  # nothing may submit while everything is cancelled
     with plane.store.session() as session:
         reasons = Counter(session.scalars(select(Attempt.end_reason).where(Attempt.state == "FAILED",
                                                                            Attempt.backend_ref.is_(None))))
     return {"submits": submits, "api_wall_s": accepted, "api_per_s": submits / accepted, "wall_s": wall,
             "per_s": refs / wall, "submitted_to_slurm": refs, "submit_failed": failed,
-            "submit_failed_reasons": dict(reasons.most_common(3)), "queue_after": queued, "cancelled": cancel_all()}
+            "submit_failed_reasons": dict(reasons.most_common(3)), "queue_after": queue_after,
+            "driver_submit": {"calls": len(submit_s), "total_s": sum(submit_s), "median_s": median(submit_s)},
+            "driver_poll": {"calls": len(poll_s), "total_s": sum(poll_s), "median_s": median(poll_s)},
+            "cpu_busy": busy, "cancelled_after": cancel_mine(plane)}
 
 
-def partition_state() -> str:
-    line = slurm("scontrol", "-o", "show", "partition", PARTITION)
-    return next(f.split("=", 1)[1] for f in line.split() if f.startswith("State="))
-
-
-def bench_throughput(plane: Plane, submits: int, hold: bool) -> dict:
+def bench_throughput(plane: Plane, submits: int) -> dict:
     script = plane.jobs_root / "trivial.sbatch"  # alice must read it
     script.write_text(TRIVIAL)
     script.chmod(0o644)
-    was = partition_state()
-    if hold:
-        slurm("scontrol", "update", f"PartitionName={PARTITION}", "State=DOWN")
-    try:
-        for _ in range(3):  # warm-up (sbatch, runuser, slurmctld's caches)
-            sbatch(script)
-        cancel_all()
-        print(f"  raw sbatch x {submits} ...")
-        raw = raw_flood(submits, script)
-        print(f"  cellscale POST /api/jobs x {submits} ...")
-        ours = ours_flood(plane, submits)
-    finally:
-        cancel_all()
-        if hold:
-            slurm("scontrol", "update", f"PartitionName={PARTITION}", f"State={was}")
-    return {"partition_during_floods": "DOWN" if hold else was, "raw": raw, "ours": ours,
-            "ratio_ours_raw": ratio(ours["per_s"], raw["per_s"])}
+    for _ in range(3):  # warm-up (sbatch, runuser, slurmctld's caches)
+        sbatch(script)
+    cancel_mine(plane)
+    print(f"  raw sbatch x {submits} ...")
+    raw = raw_flood(plane, submits, script)
+    print(f"  cellscale POST /api/jobs x {submits} ...")
+    ours = ours_flood(plane, submits)
+    return {"raw": raw, "ours": ours, "ratio_ours_raw": ratio(ours["per_s"], raw["per_s"])}
 
 
 # -- the cluster ---------------------------------------------------------------------------
@@ -307,12 +343,25 @@ def cluster_facts() -> dict:
     }
 
 
+def clean_up(plane: Plane, tmp: Path) -> list[str]:
+    """Stop the controller, cancel this benchmark's jobs, remove its files, each step even if one
+    before it failed. Returns the Slurm ids of other people's queued jobs."""
+    others: list[str] = []
+    steps = (plane.controller.stop, lambda: cancel_mine(plane), lambda: others.extend(queued(plane)[1]),
+             plane.store.dispose, lambda: shutil.rmtree(plane.jobs_root), lambda: shutil.rmtree(tmp))
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:
+            print(f"[bench] cleanup: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return others
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3 reps and 100 submits instead of 10 and 500")
     parser.add_argument("--reps", type=int)
     parser.add_argument("--submits", type=int)
-    parser.add_argument("--run-jobs", action="store_true", help="keep the partition UP during the floods")
     args = parser.parse_args()
     reps = args.reps or (3 if args.quick else 10)
     submits = args.submits or (100 if args.quick else 500)
@@ -328,21 +377,19 @@ def main() -> None:
     driver = SlurmDriver(name="slurm", slurm_conf=cluster.env["SLURM_CONF"], master_addr="127.0.0.1")
     plane = Plane(tmp, store, drivers={"slurm": driver}, tenancy=TENANCY, jobs_root=jobs_root)
     try:
-        wait_idle(60)  # someone else's jobs: wait a little, never cancel them
+        wait_idle()  # someone else's jobs: wait for them, never cancel them
         facts = cluster_facts()
         costs = command_costs()
         plane.controller.start()
         print(f"overhead: {reps} reps, 1 node, CPU-only, plain; submit -> RUNNING in squeue")
         overhead = bench_overhead(plane, reps)
         print(f"throughput: {submits} submits each, one thread")
-        throughput = bench_throughput(plane, submits, not args.run_jobs)
+        throughput = bench_throughput(plane, submits)
     finally:
-        plane.controller.stop()
-        cancel_all()
-        store.dispose()
-        shutil.rmtree(jobs_root, ignore_errors=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if "slurmctld" in cluster.started:
+        others = clean_up(plane, tmp)
+        if "slurmctld" in cluster.started and others:
+            print(f"[bench] leaving the cluster running: other jobs are queued ({others[:10]})", file=sys.stderr)
+        elif "slurmctld" in cluster.started:
             dev_slurm.down(cluster.state_dir, log=lambda line: print(f"[slurm down] {line}"))
 
     om, rm = overhead["ours_median"], overhead["raw_median"]
@@ -359,13 +406,17 @@ def main() -> None:
         ["phase RUNNING (rank started)", om["phase_running_s"], "", "", ""],
     ])
     ours, raw = throughput["ours"], throughput["raw"]
-    print(f"\nthroughput ({submits} submits, partition {throughput['partition_during_floods']} during the floods)")
+    print(f"\nthroughput ({submits} submits, one thread; the jobs run meanwhile)")
     print_table(["metric", "cellscale", "raw sbatch", "ours/raw"], [
         ["submitted to Slurm /s", ours["per_s"], raw["per_s"], throughput["ratio_ours_raw"]],
         ["accepted by the API /s", ours["api_per_s"], "", ""],
         ["wall s", ours["wall_s"], raw["wall_s"], ratio(ours["wall_s"], raw["wall_s"])],
         ["submit failed", ours["submit_failed"], 0, ""],
+        ["machine CPU busy during flood", ours["cpu_busy"], raw["cpu_busy"], ""],
     ])
+    sub, poll = ours["driver_submit"], ours["driver_poll"]
+    print(f"controller during its flood: {sub['calls']} Driver.submit, {sub['total_s']:.1f} s in all "
+          f"(median {sub['median_s']:.3f} s); {poll['calls']} Driver.poll, {poll['total_s']:.1f} s in all")
     print(f"queue after the floods: raw {raw['queue_after']}, cellscale {ours['queue_after']}")
     print(f"Slurm commands (median s): {costs}")
     write_results("slurm", args.quick, {"cluster": facts, "command_costs": costs, "overhead": overhead,

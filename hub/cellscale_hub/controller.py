@@ -8,6 +8,7 @@ job is lost, and drivers' idempotent submit means none is run twice.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from pathlib import Path
@@ -26,12 +27,13 @@ log = logging.getLogger("cellscale.controller")
 
 class Controller:
     def __init__(self, store: Store, drivers: dict[str, Driver], jobs_root: Path, bundles_root: Path,
-                 interval: float = 0.5):
+                 interval: float = 0.5, launches_per_cycle: int = 16):
         self.store = store
         self.drivers = drivers
         self.jobs_root = jobs_root
         self.bundles_root = bundles_root
         self.interval = interval
+        self.launches_per_cycle = launches_per_cycle  # a burst of submits must not starve polls and cancels
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._cancel_sent: set[tuple[str, int]] = set()
@@ -84,7 +86,10 @@ class Controller:
             if not pending:
                 return
             in_use = [gpu for a in q.active_attempts(session, backend) for gpu in (a.gpu_ids or [])]
-            grants = admit_in_order(capacity, in_use, [Pending(row.id, row.gpus) for row in pending])
+            fits = admit_in_order(capacity, in_use, [Pending(row.id, row.gpus) for row in pending])
+            grants = dict(list(fits.items())[: self.launches_per_cycle])
+            if len(fits) > len(grants):
+                self._wake.set()  # the rest in the next cycle, right after a poll
             new_attempts = []
             for position, row in enumerate(pending):
                 if row.id in grants:
@@ -96,14 +101,16 @@ class Controller:
                                  message=f"GPUs {grants[row.id]} reserved on {backend}")
                     new_attempts.append((job, attempt))
                     continue
-                reason = _why_pending(row.gpus, capacity, in_use, position - len(grants))
+                if row.id in fits:
+                    continue  # fits now; launched next cycle
+                reason = _why_pending(row.gpus, capacity, in_use, position - len(fits))
                 if reason != row.reason:
                     q.set_reason(session, row.id, reason)
         for job, attempt in new_attempts:
             self.launch(driver, job, attempt)
 
-    def launch(self, driver: Driver, job: Job, attempt: Attempt) -> None:
-        ref = self.ref(job, attempt)
+    def launch(self, driver: Driver, job: Job, attempt: Attempt, resubmit: bool = False) -> None:
+        ref = dataclasses.replace(self.ref(job, attempt), resubmit=resubmit)
         spec = ref.spec
         bundle = self.bundles_root / spec.inputs_sha256 if spec.inputs_sha256 else None
         try:
@@ -142,7 +149,7 @@ class Controller:
                     continue
                 self._observe(session, job, attempt, obs)
         for job, attempt in relaunch:
-            self.launch(driver, job, attempt)
+            self.launch(driver, job, attempt, resubmit=True)
 
     def _observe(self, session, job: Job, attempt: Attempt, obs: Observation) -> None:
         if obs.heartbeat:

@@ -166,3 +166,13 @@ def test_a_backend_that_does_not_answer_stalls_no_other(tmp_path, store):
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(pid)
+
+
+def test_a_burst_is_launched_in_batches_between_polls(plane):
+    plane.controller.launches_per_cycle = 2
+    jobs = [plane.submit(source="pass").json()["id"] for _ in range(5)]
+    plane.controller.cycle()
+    phases = [plane.http.get(f"/api/jobs/{j}", headers=plane.as_("alice")).json()["phase"] for j in jobs]
+    assert phases.count("PENDING") == 3
+    for job_id in jobs:
+        assert plane.run_until(job_id, TERMINAL)["phase"] == "SUCCEEDED"

@@ -5,7 +5,8 @@ Subclass `Driver` and override:
 - `capacity()`: the largest gang this backend can ever run, for refusing impossible jobs.
 - `render(ref)`: the exact script or command `submit` would run (a public dry run).
 - `submit(ref)`: start the attempt; return the backend's id for it. Must be idempotent for
-  one attempt: submitting the same attempt twice never runs it twice.
+  one attempt: submitting the same attempt twice never runs it twice (`ref.resubmit` says
+  the control plane may have submitted it before it restarted).
 - `poll(refs)`: one batched query for all active attempts of this backend. An attempt the
   backend did not answer for is UNKNOWN, never "gone".
 - `cancel(ref)`: ask the backend to stop the attempt (the job dir's exit record follows).
@@ -43,6 +44,7 @@ class AttemptRef:
     submitted_at: datetime | None = None
     owner: str = ""
     tenant: str = ""
+    resubmit: bool = False  # submitted again after a restart: the backend may already have it
 
     @property
     def key(self) -> tuple[str, int]:

@@ -172,7 +172,7 @@ class SlurmDriver(Driver):
 
     # -- submit / poll / cancel ------------------------------------------------------------------
     def submit(self, ref: AttemptRef) -> str:
-        existing = self._find(ref)
+        existing = self._find(ref) if ref.resubmit else None
         if existing:
             return existing  # submitted before a restart of the control plane: adopt it
         plan = launch_plan(ref).model_copy(update={"master_addr": self.master_addr or None, "master_port": master_port(ref)})
