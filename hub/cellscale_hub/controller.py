@@ -114,7 +114,7 @@ class Controller:
         spec = ref.spec
         bundle = self.bundles_root / spec.inputs_sha256 if spec.inputs_sha256 else None
         try:
-            prepare_job_dir(ref, bundle)
+            prepare_job_dir(ref, bundle, driver.launch_plan(ref))
             backend_ref = driver.submit(ref)
             error = None
         except Exception as exc:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from cellscale.runtime.jobdir import LaunchPlan, write_atomic
-from cellscale_hub.drivers.base import AttemptRef
+
+if TYPE_CHECKING:
+    from cellscale_hub.drivers.base import AttemptRef
 
 
 def launch_plan(ref: AttemptRef) -> LaunchPlan:
@@ -20,7 +24,7 @@ def launch_plan(ref: AttemptRef) -> LaunchPlan:
     )
 
 
-def prepare_job_dir(ref: AttemptRef, bundle: Path | None) -> None:
+def prepare_job_dir(ref: AttemptRef, bundle: Path | None, plan: LaunchPlan) -> None:
     """Write what the attempt's runtime reads. Re-running it for the same attempt is harmless."""
     jd = ref.dir
     jd.root.mkdir(parents=True, exist_ok=True)
@@ -28,4 +32,4 @@ def prepare_job_dir(ref: AttemptRef, bundle: Path | None) -> None:
     write_atomic(jd.cell, ref.spec.source.encode())
     if bundle is not None and not jd.inputs.exists():
         shutil.copyfile(bundle, jd.inputs)
-    jd.write_plan(launch_plan(ref))
+    jd.write_plan(plan)

@@ -22,7 +22,7 @@ def status_line(job: JobView) -> str:
     gpus = job.spec.resources.gpus
     parts = [job.id, job.phase.value, f"{seconds // 60:02d}:{seconds % 60:02d}",
              f"attempt {len(job.attempts) or '-'}", f"{gpus} GPU{'s' * (gpus != 1)} on {job.backend}"]
-    if job.reason and not job.phase.terminal or job.phase is Phase.FAILED:
+    if job.reason and (not job.phase.terminal or job.phase is Phase.FAILED):
         parts.append(job.reason or "")
     return " · ".join(p for p in parts if p)
 

@@ -10,13 +10,13 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
 from cellscale.spec import (
-    MAX_INPUTS_BYTES, BackendView, BundleRef, EventView, JobPage, JobView, LogChunk, Phase, RenderView,
+    MAX_INPUTS_BYTES, BackendView, BundleRef, EventView, JobPage, JobSpec, JobView, LogChunk, Phase, RenderView,
     SubmitRequest, WhoAmI,
 )
 from cellscale_hub.api import logs, oauth
 from cellscale_hub.api.context import Context, context, require
 from cellscale_hub.auth import SCOPE_READ, SCOPE_SUBMIT, Principal
-from cellscale_hub.drivers import AttemptRef, SpecRejected
+from cellscale_hub.drivers import AttemptRef, Driver, SpecRejected
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.jobs import IdempotencyConflict
 from cellscale_hub.store.models import Job
@@ -88,8 +88,7 @@ def _job_routes(router: APIRouter) -> None:
                  responses={200: {"model": JobView, "description": "an earlier submit with the same key"}})
     def submit(body: SubmitRequest, who: Submitter, ctx: Ctx,
                idempotency_key: Annotated[str | None, Header(max_length=128)] = None):
-        tenant, queue, driver = _placement(ctx, who, body.spec)
-        spec = driver.shape(body.spec)
+        tenant, queue, driver, spec = _placement(ctx, who, body.spec)
         if spec.inputs_sha256 and not (ctx.bundles_root / spec.inputs_sha256).exists():
             raise HTTPException(422, f"inputs bundle {spec.inputs_sha256} was not uploaded; POST it to /api/bundles first")
         job = Job(id=ctx.new_job_id(), idempotency_key=idempotency_key or ctx.new_job_id(), owner=who.user,
@@ -107,8 +106,7 @@ def _job_routes(router: APIRouter) -> None:
     @router.post("/render", response_model=RenderView)
     def render(body: SubmitRequest, who: Submitter, ctx: Ctx) -> RenderView:
         """The dry run: the exact script the backend would run, without submitting."""
-        tenant, _, driver = _placement(ctx, who, body.spec)
-        spec = driver.shape(body.spec)
+        tenant, _, driver, spec = _placement(ctx, who, body.spec)
         gpus = tuple(range(spec.resources.gpus_per_node)) if driver.kind == "local" else ()
         ref = AttemptRef(job_id="cs-dryrun", number=1, job_dir=ctx.jobs_root / "cs-dryrun", spec=spec, gpu_ids=gpus,
                          owner=who.user, tenant=tenant)
@@ -192,8 +190,9 @@ def _job_routes(router: APIRouter) -> None:
         return RenderView(backend=driver.name, script=driver.render(ref))
 
 
-def _placement(ctx: Context, who: Principal, spec) -> tuple[str, str, object]:
-    """Resolve user → tenant → queue → backend and refuse what can never run, before storing."""
+def _placement(ctx: Context, who: Principal, spec: JobSpec) -> tuple[str, str, Driver, JobSpec]:
+    """Resolve user → tenant → queue → backend, shape the spec for that backend, and refuse
+    what can never run, before storing."""
     if who.tenant is None:
         raise HTTPException(403, f"user {who.user} is in no tenant group; ask an admin to add you to a desk "
                                  f"(tenants: {', '.join(sorted(ctx.tenancy.tenants))})")
@@ -206,7 +205,8 @@ def _placement(ctx: Context, who: Principal, spec) -> tuple[str, str, object]:
     if driver is None:
         raise HTTPException(422, f"unknown backend {backend!r}; backends: {', '.join(sorted(ctx.drivers))}")
     try:
-        driver.validate(driver.shape(spec))
+        spec = driver.shape(spec)
+        driver.validate(spec)
     except SpecRejected as exc:
         raise HTTPException(422, str(exc)) from exc
-    return who.tenant, queue, driver
+    return who.tenant, queue, driver, spec

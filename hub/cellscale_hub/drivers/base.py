@@ -25,8 +25,9 @@ from pathlib import Path
 from traitlets import Unicode
 from traitlets.config import LoggingConfigurable
 
-from cellscale.runtime.jobdir import JobDir
+from cellscale.runtime.jobdir import JobDir, LaunchPlan
 from cellscale.spec import AttemptState, BackendView, JobSpec
+from cellscale_hub import plans
 
 
 class SpecRejected(ValueError):
@@ -76,6 +77,10 @@ class Driver(LoggingConfigurable):
 
     def capacity(self) -> BackendView:
         raise NotImplementedError("Override in subclass.")
+
+    def launch_plan(self, ref: AttemptRef) -> LaunchPlan:
+        """What the attempt's runtime reads; backends add what only they know."""
+        return plans.launch_plan(ref)
 
     def shape(self, spec: JobSpec) -> JobSpec:
         """The spec as this backend will run it (e.g. whole nodes); identity by default."""

@@ -18,7 +18,6 @@ from cellscale.runtime.supervisor import launcher_argv
 from cellscale.spec import AttemptState, BackendView, Launcher
 from cellscale_hub import proc
 from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected
-from cellscale_hub.plans import launch_plan
 
 SUPERVISOR = ("-m", "cellscale.runtime.supervisor")
 
@@ -67,7 +66,7 @@ class LocalDriver(Driver):
         lines = [
             "#!/bin/sh",
             f"# cellscale local backend: job {ref.job_id}, attempt {ref.number}, GPUs {gpus}",
-            f"# the supervisor then starts: {shlex.join(launcher_argv(launch_plan(ref), ref.dir))}",
+            f"# the supervisor then starts: {shlex.join(launcher_argv(self.launch_plan(ref), ref.dir))}",
             f"cd {shlex.quote(str(ref.job_dir))}",
             f"exec {shlex.join(self.argv(ref))}",
         ]
@@ -98,7 +97,7 @@ class LocalDriver(Driver):
         beat = jd.read_heartbeat(ref.number)
         heartbeat = datetime.fromtimestamp(beat["at"], timezone.utc) if beat else None
         if jd.supervisor_alive(ref.number):
-            all_ranks = jd.ranks_started(ref.number) >= launch_plan(ref).expected_ranks
+            all_ranks = jd.ranks_started(ref.number) >= self.launch_plan(ref).expected_ranks
             return Observation(AttemptState.RUNNING if all_ranks else AttemptState.STARTING, heartbeat=heartbeat)
         if jd.started(ref.number):
             return Observation(AttemptState.LOST, reason="the supervisor died without writing an exit record")

@@ -24,7 +24,7 @@ from traitlets import Float, Integer, List, Unicode, default
 from cellscale.spec import AttemptState, BackendView, JobSpec, Launcher
 from cellscale_hub import proc
 from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected
-from cellscale_hub.plans import launch_plan
+from cellscale.runtime.jobdir import LaunchPlan
 
 SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
@@ -137,6 +137,11 @@ class SlurmDriver(Driver):
             return spec.model_copy(update={"resources": resources})
         return spec
 
+    def launch_plan(self, ref: AttemptRef) -> LaunchPlan:
+        """Ranks on other nodes need node 0's address and a rendezvous port."""
+        return super().launch_plan(ref).model_copy(
+            update={"master_addr": self.master_addr or None, "master_port": master_port(ref)})
+
     # -- the batch script ----------------------------------------------------------------------
     def script_path(self, ref: AttemptRef) -> Path:
         return ref.dir.attempt_dir(ref.number) / "job.sbatch"
@@ -175,8 +180,6 @@ class SlurmDriver(Driver):
         existing = self._find(ref) if ref.resubmit else None
         if existing:
             return existing  # submitted before a restart of the control plane: adopt it
-        plan = launch_plan(ref).model_copy(update={"master_addr": self.master_addr or None, "master_port": master_port(ref)})
-        ref.dir.write_plan(plan)
         self.script_path(ref).write_text(self.render(ref))
         _give_to(ref.owner, ref.job_dir)
         out = self._run([*self._as_user(ref.owner), "sbatch", "--parsable", str(self.script_path(ref))])
@@ -214,7 +217,7 @@ class SlurmDriver(Driver):
             why = entry.get("state_reason") or "queued"
             return Observation(AttemptState.STARTING, reason=f"Slurm job {ref.backend_ref} {state.lower()} ({why})")
         if state in ACTIVE:
-            running = ref.dir.ranks_started(ref.number) >= launch_plan(ref).expected_ranks
+            running = ref.dir.ranks_started(ref.number) >= self.launch_plan(ref).expected_ranks
             return Observation(AttemptState.RUNNING if running else AttemptState.STARTING)
         if state in ENDED:
             if not entry.get("allocation_nodes") and entry.get("nodes") not in (None, "", "None assigned"):
