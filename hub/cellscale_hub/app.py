@@ -29,6 +29,7 @@ from cellscale_hub.auth import HubIdentity, StaticTokenIdentity
 from cellscale_hub.controller import Controller
 from cellscale_hub.drivers import Driver, driver_class
 from cellscale_hub.store import Store
+from cellscale_hub.store.tenancy import TenancyBook
 from cellscale_hub.tenancy import Tenancy
 
 PERSONAL_TENANT = "personal"
@@ -57,7 +58,15 @@ class ControlPlane(Application):
         help="""Backends by name. A value is a driver name ("local", or a dotted class path), or a
         dict {"driver": NAME, **traits} to configure several backends of one kind.""",
     ).tag(config=True)
-    tenants_file = Unicode("", help="YAML file of tenants and their queues (see cellscale_hub.tenancy).").tag(config=True)
+    tenants_file = Unicode("", help="""YAML file of flavors, cohorts, cluster queues, tenants and priority classes
+        (see cellscale_hub.tenancy). It seeds an empty database; after that the admin API and page
+        are the source of truth, unless reseed_tenancy is set.""").tag(config=True)
+    reseed_tenancy = Bool(False, help="""Apply tenants_file again at start, as a new audited revision that
+        replaces what admins changed since.""").tag(config=True)
+    preemption_grace = Float(30.0, help="""Seconds between a preemption warning (SIGUSR1 to the job) and
+        its stop: the time a victim has to checkpoint.""").tag(config=True)
+    fair_share_half_life = Float(3600.0, help="""Seconds after which past GPU use counts half in fair share;
+        0: only current use counts.""").tag(config=True)
     personal = Bool(False, help="Run as a personal control plane: no hub, one user, a static token.").tag(config=True)
     ip = Unicode("127.0.0.1", help="Address to listen on (as a hub service: from JUPYTERHUB_SERVICE_URL).").tag(config=True)
     port = Integer(0, help="Port to listen on; 0 picks a free one (as a hub service: from JUPYTERHUB_SERVICE_URL).").tag(config=True)
@@ -70,9 +79,14 @@ class ControlPlane(Application):
         "data-dir": "ControlPlane.data_dir",
         "port": "ControlPlane.port",
         "tenants": "ControlPlane.tenants_file",
+        "preemption-grace": "ControlPlane.preemption_grace",
+        "fair-share-half-life": "ControlPlane.fair_share_half_life",
         "gpus": "LocalDriver.gpus",
     }
-    flags = {"personal": ({"ControlPlane": {"personal": True}}, "Run a personal control plane for this user.")}
+    flags = {
+        "personal": ({"ControlPlane": {"personal": True}}, "Run a personal control plane for this user."),
+        "reseed-tenancy": ({"ControlPlane": {"reseed_tenancy": True}}, "Re-apply the tenants file as a new revision."),
+    }
 
     @default("data_dir")
     def _data_dir(self) -> str:
@@ -107,12 +121,20 @@ class ControlPlane(Application):
             drivers[name] = cls(parent=self, name=name, **settings)
         return drivers
 
-    def make_tenancy(self) -> Tenancy:
+    def make_tenancy(self, store: Store, drivers: dict[str, Driver]) -> TenancyBook:
+        book = TenancyBook(store)
         if self.personal:
-            return Tenancy.single(PERSONAL_TENANT, next(iter(self.backends)))
+            capacities = {name: driver.capacity().capacity_gpus for name, driver in drivers.items()}
+            book.seed(Tenancy.single(PERSONAL_TENANT, capacities), actor="personal", replace=True)
+            return book
         if not self.tenants_file:
             raise SystemExit("cellscale-hub: set ControlPlane.tenants_file (--tenants FILE) or run with --personal")
-        return Tenancy.load(self.tenants_file)
+        try:
+            seed = Tenancy.from_yaml(Path(self.tenants_file).read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"cellscale-hub: {self.tenants_file}: {exc}") from exc
+        book.seed(seed, actor=f"file:{self.tenants_file}", replace=self.reseed_tenancy)
+        return book
 
     def listen_socket(self) -> socket.socket:
         ip, port = self.ip, self.port
@@ -134,7 +156,9 @@ class ControlPlane(Application):
         store = Store(self.db_url)
         store.migrate()
         drivers = self.make_drivers()
-        controller = Controller(store, drivers, jobs_root, bundles_root, interval=self.poll_interval)
+        tenancy = self.make_tenancy(store, drivers)
+        controller = Controller(store, drivers, jobs_root, bundles_root, tenancy, interval=self.poll_interval,
+                                preemption_grace_s=self.preemption_grace, fair_share_half_life_s=self.fair_share_half_life)
         sock = self.listen_socket()
         if self.personal:
             token = secrets.token_urlsafe(32)
@@ -143,7 +167,7 @@ class ControlPlane(Application):
             hub_oauth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)
             identity = HubIdentity(hub_oauth, self.service_name)
             prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
-        ctx = Context(store=store, controller=controller, drivers=drivers, tenancy=self.make_tenancy(),
+        ctx = Context(store=store, controller=controller, drivers=drivers, tenancy=tenancy,
                       identity=identity, jobs_root=jobs_root, bundles_root=bundles_root, prefix=prefix,
                       hub_oauth=hub_oauth)
         app = build_app(ctx)

@@ -11,29 +11,40 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from datetime import timedelta
 from pathlib import Path
+
+from sqlalchemy import select
 
 from cellscale.spec import AttemptState, JobSpec, Phase
 from cellscale_hub.drivers import AttemptRef, Driver, Observation
 from cellscale_hub.lifecycle import outcome_of
 from cellscale_hub.plans import prepare_job_dir
-from cellscale_hub.scheduling.capacity import Pending, admit_in_order, free_gpu_ids
+from cellscale_hub import quota
+from cellscale_hub.scheduling.admission import Admission, Preemption, schedule
+from cellscale_hub.scheduling.capacity import allocate
 from cellscale_hub.store import Store
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Attempt, Job, utcnow
+from cellscale_hub.store.tenancy import TenancyBook
+from cellscale_hub.tenancy import Tenancy
 
 log = logging.getLogger("cellscale.controller")
 
 
 class Controller:
     def __init__(self, store: Store, drivers: dict[str, Driver], jobs_root: Path, bundles_root: Path,
-                 interval: float = 0.5, launches_per_cycle: int = 16):
+                 tenancy: TenancyBook, interval: float = 0.5, launches_per_cycle: int = 16,
+                 preemption_grace_s: float = 30.0, fair_share_half_life_s: float = 3600.0):
         self.store = store
         self.drivers = drivers
         self.jobs_root = jobs_root
         self.bundles_root = bundles_root
+        self.tenancy = tenancy
         self.interval = interval
         self.launches_per_cycle = launches_per_cycle  # a burst of submits must not starve polls and cancels
+        self.preemption_grace_s = preemption_grace_s
+        self.fair_share_half_life_s = fair_share_half_life_s
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._cancel_sent: set[tuple[str, int]] = set()
@@ -66,11 +77,23 @@ class Controller:
     # -- one cycle -------------------------------------------------------------------------
     def cycle(self) -> None:
         for name, driver in self.drivers.items():
-            for step in (self.send_cancels, self.reconcile, self.admit):
-                try:
-                    step(name, driver)
-                except Exception:  # a backend that does not answer must not stall the others
-                    log.exception("%s on backend %s failed; its attempts keep their last known state", step.__name__, name)
+            for step in (self.send_cancels, self.reconcile):
+                self._isolated(step, name, driver)
+        try:
+            launches = self.admit()
+        except Exception:
+            log.exception("admission failed; nothing was admitted this cycle")
+            launches = []
+        for job, attempt in launches:
+            self._isolated(lambda name, driver: self.launch(driver, job, attempt), job.backend, self.drivers[job.backend])
+
+    @staticmethod
+    def _isolated(step, name: str, driver: Driver) -> None:
+        try:
+            step(name, driver)
+        except Exception:  # a backend that does not answer must not stall the others
+            log.exception("%s on backend %s failed; its attempts keep their last known state",
+                          getattr(step, "__name__", "launch"), name)
 
     def ref(self, job: Job, attempt: Attempt) -> AttemptRef:
         return AttemptRef(
@@ -79,35 +102,91 @@ class Controller:
             owner=job.owner, tenant=job.tenant,
         )
 
-    def admit(self, backend: str, driver: Driver) -> None:
-        capacity = driver.capacity().capacity_gpus
+    # -- admission ---------------------------------------------------------------------------
+    def capacities(self, tenancy: Tenancy) -> dict[str, int]:
+        """Physical GPUs per flavor: its backend's capacity (a backend that does not answer has none)."""
+        out = {}
+        for flavor, spec in tenancy.flavors.items():
+            driver = self.drivers.get(spec.backend)
+            out[flavor] = driver.capacity().capacity_gpus if driver else 0
+        return out
+
+    def admit(self) -> list[tuple[Job, Attempt]]:
+        """One scheduling cycle: admit, warn victims, and record why the rest wait. Returns
+        the attempts to launch (at most `launches_per_cycle`; the rest next cycle)."""
+        tenancy = self.tenancy.current
+        now = utcnow()
         with self.store.session() as session:
-            pending = q.pending_queue(session, backend)
-            if not pending:
-                return
-            in_use = [gpu for a in q.active_attempts(session, backend) for gpu in (a.gpu_ids or [])]
-            fits = admit_in_order(capacity, in_use, [Pending(row.id, row.gpus) for row in pending])
-            grants = dict(list(fits.items())[: self.launches_per_cycle])
-            if len(fits) > len(grants):
-                self._wake.set()  # the rest in the next cycle, right after a poll
-            new_attempts = []
-            for position, row in enumerate(pending):
-                if row.id in grants:
-                    job = session.get(Job, row.id)
-                    attempt = Attempt(job_id=job.id, number=len(job.attempts) + 1, backend=backend,
-                                      state=AttemptState.SUBMITTING.value, gpu_ids=grants[row.id])
-                    job.attempts.append(attempt)
-                    q.transition(session, job, Phase.ADMITTED, "QuotaReserved", attempt=attempt.number,
-                                 message=f"GPUs {grants[row.id]} reserved on {backend}")
-                    new_attempts.append((job, attempt))
-                    continue
-                if row.id in fits:
-                    continue  # fits now; launched next cycle
-                reason = _why_pending(row.gpus, capacity, in_use, position - len(fits))
-                if reason != row.reason:
-                    q.set_reason(session, row.id, reason)
-        for job, attempt in new_attempts:
-            self.launch(driver, job, attempt)
+            snap = quota.snapshot(session, tenancy, self.capacities(tenancy), now, self.fair_share_half_life_s)
+        if not snap.pending:
+            return []
+        decision = schedule(snap)
+        grants = decision.admit[: self.launches_per_cycle]
+        if len(decision.admit) > len(grants):
+            self._wake.set()  # the rest in the next cycle, right after a poll
+        launches, warnings = [], []
+        with self.store.session() as session:
+            in_use = self._gpu_ids_in_use(session)
+            for grant in grants:
+                launch = self._admit_one(session, tenancy, grant, in_use)
+                if launch:
+                    launches.append(launch)
+            for preemption in decision.preempt:
+                warning = self._start_preemption(session, preemption, now)
+                if warning:
+                    warnings.append(warning)
+            self._record_reasons(session, decision)
+        for backend, ref in warnings:
+            self._isolated(lambda name, driver: driver.warn(ref), backend, self.drivers[backend])
+        return launches
+
+    def _gpu_ids_in_use(self, session) -> dict[str, list[int]]:
+        return {name: [g for a in q.active_attempts(session, name) for g in (a.gpu_ids or [])]
+                for name, driver in self.drivers.items() if driver.assigns_gpu_ids}
+
+    def _admit_one(self, session, tenancy: Tenancy, grant: Admission, in_use: dict[str, list[int]]):
+        job = session.get(Job, grant.job_id)
+        if job is None or Phase(job.phase) is not Phase.PENDING or job.cancel_requested:
+            return None
+        backend = tenancy.flavors[grant.flavor].backend
+        driver = self.drivers[backend]
+        gpu_ids: list[int] = []
+        if driver.assigns_gpu_ids:
+            gpu_ids = allocate(driver.capacity().capacity_gpus, in_use[backend], job.gpus) or []
+            if len(gpu_ids) < job.gpus:
+                return None  # quota says yes, the machine is still busy: next cycle
+            in_use[backend].extend(gpu_ids)
+        job.backend, job.flavor, job.borrowed, job.pending = backend, grant.flavor, grant.borrowed, None
+        attempt = Attempt(job_id=job.id, number=len(job.attempts) + 1, backend=backend,
+                          state=AttemptState.SUBMITTING.value, gpu_ids=gpu_ids)
+        job.attempts.append(attempt)
+        borrowing = f", {grant.borrowed} borrowed from the cohort" if grant.borrowed else ""
+        q.transition(session, job, Phase.ADMITTED, "QuotaReserved", attempt=attempt.number,
+                     message=f"{job.gpus} {grant.flavor} GPU(s) reserved in {job.cluster_queue}{borrowing}")
+        return job, attempt
+
+    def _start_preemption(self, session, preemption: Preemption, now):
+        job = session.get(Job, preemption.job_id)
+        if job is None or job.preempt_deadline is not None or Phase(job.phase).terminal:
+            return None
+        job.preempt_deadline = now + timedelta(seconds=self.preemption_grace_s)
+        job.preempt_reason = preemption.reason
+        attempt = job.attempts[-1]
+        q.add_event(session, job, kind="preemption", attempt=attempt.number, reason="Preempting",
+                    message=f"{preemption.reason}; warned, stopping in {self.preemption_grace_s:.0f} s "
+                            "(checkpoint now to lose nothing)")
+        return job.backend, self.ref(job, attempt)
+
+    @staticmethod
+    def _record_reasons(session, decision) -> None:
+        """Write each waiting job's reason only when it changed (most cycles change none)."""
+        if not decision.pending:
+            return
+        current = dict(session.execute(select(Job.id, Job.pending).where(Job.id.in_(list(decision.pending)))).all())
+        for job_id, reason in decision.pending.items():
+            view = quota.pending_view(reason).model_dump(mode="json")
+            if current.get(job_id) != view:
+                q.set_pending(session, job_id, view, reason.message)
 
     def launch(self, driver: Driver, job: Job, attempt: Attempt, resubmit: bool = False) -> None:
         ref = dataclasses.replace(self.ref(job, attempt), resubmit=resubmit)
@@ -182,6 +261,9 @@ class Controller:
         attempt.ended_at = utcnow()
         q.add_event(session, job, kind="attempt", attempt=attempt.number, reason=obs.state.value.title(),
                     message=obs.reason)
+        if job.preempt_deadline is not None and not job.cancel_requested and obs.state is not AttemptState.SUCCEEDED:
+            self._requeue_preempted(session, job, attempt)
+            return
         outcome = outcome_of(obs.state, obs.reason, job.cancel_requested)
         if outcome is None or Phase(job.phase).terminal:
             return
@@ -189,11 +271,22 @@ class Controller:
             job.result_available = (self.jobs_root / job.id / "result.pkl").exists()
         q.transition(session, job, outcome.phase, _reason_word(obs), attempt=attempt.number, message=outcome.reason)
 
+    def _requeue_preempted(self, session, job: Job, attempt: Attempt) -> None:
+        """A preempted job goes back to its queue; its next attempt resumes from its
+        checkpoint. Preemption never counts as a failure."""
+        attempt.end_reason = f"preempted: {job.preempt_reason}"
+        if Phase(job.phase) is not Phase.ADMITTED:
+            q.transition(session, job, Phase.RECOVERING, "Preempted", attempt=attempt.number, message=job.preempt_reason)
+        job.flavor, job.borrowed, job.preempt_deadline, job.preempt_reason = None, 0, None, None
+        q.transition(session, job, Phase.PENDING, "Requeued", attempt=attempt.number,
+                     message="requeued after preemption; the next attempt resumes from its checkpoint")
+
     def send_cancels(self, backend: str, driver: Driver) -> None:
+        """Stop attempts whose job was cancelled, or whose preemption grace period is over."""
         with self.store.session() as session:
             targets = [
                 self.ref(job, attempt)
-                for job in q.cancel_requested_active(session)
+                for job in q.cancel_requested_active(session) + q.preemption_due(session, utcnow())
                 for attempt in job.attempts
                 if attempt.backend == backend and attempt.state in q.ACTIVE_ATTEMPT_STATES
             ]
@@ -209,12 +302,3 @@ def _reason_word(obs: Observation) -> str:
         AttemptState.CANCELLED: "Cancelled",
         AttemptState.LOST: "AttemptLost",
     }.get(obs.state, "Failed")
-
-
-def _why_pending(gpus: int, capacity: int, in_use: list[int], ahead: int) -> str:
-    """Plain words for a waiting job. The words change only when capacity changes (not on
-    every submit or cancel), so keeping them current costs few writes."""
-    if ahead > 0:
-        return f"queued in submit order behind a job that waits for GPUs; it needs {gpus} GPU(s)"
-    free = len(free_gpu_ids(capacity, in_use))
-    return f"waiting for {gpus} GPU(s) to be free at once; {free} of {capacity} free now"

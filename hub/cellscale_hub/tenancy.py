@@ -1,53 +1,175 @@
-"""Tenants (desks) and their LocalQueues, as data.
+"""Tenancy as data, in Kueue's nouns.
 
-A tenant is a JupyterHub group; a user belongs to the tenants whose groups they are in.
-Each tenant submits to named LocalQueues, each bound to a backend. The file looks like:
+- A **ResourceFlavor** is one kind of GPU on one backend (`flavors`).
+- A **ClusterQueue** holds a quota per flavor: `nominal` GPUs it is guaranteed,
+  `borrowing_limit` (how many more it may borrow from its cohort; absent: no limit) and
+  `lending_limit` (how many of its nominal GPUs others may borrow; absent: all of them).
+- **Cohorts** form a tree (firm → division → desk): ClusterQueues in one tree lend to each
+  other, and each node's `weight` sets its fair share among its siblings.
+- A **tenant** is a JupyterHub group (a desk); its **LocalQueues** point at ClusterQueues.
+- **Priority classes** order jobs before fair share does.
 
-    tenants:
-      desk-a:
-        queues:
-          default: {backend: local}
-      desk-b:
-        queues:
-          default: {backend: local}
+The YAML the control plane is seeded from (config/tenants.yaml) has exactly this shape; the
+admin API edits the stored copy and records every change.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterator
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DEFAULT_QUEUE = "default"
+DEFAULT_PRIORITY_CLASS = "normal"
+UNLIMITED = 1_000_000  # GPUs: stands for "no limit" in sums
 
 
-class QueueConfig(BaseModel):
-    backend: str
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
 
-class TenantConfig(BaseModel):
-    queues: dict[str, QueueConfig] = Field(default_factory=lambda: {DEFAULT_QUEUE: QueueConfig(backend="local")})
+class Flavor(Strict):
+    backend: str = Field(description="The backend whose GPUs this flavor names.")
 
 
-class Tenancy(BaseModel):
-    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+class Quota(Strict):
+    nominal: int = Field(ge=0, description="GPUs guaranteed to this queue.")
+    borrowing_limit: int | None = Field(None, ge=0, description="Most GPUs it may borrow; absent: no limit.")
+    lending_limit: int | None = Field(None, ge=0, description="Most of its nominal GPUs others may borrow; absent: all.")
+
+    @model_validator(mode="after")
+    def _lending_within_nominal(self) -> "Quota":
+        if self.lending_limit is not None and self.lending_limit > self.nominal:
+            raise ValueError(f"lending_limit {self.lending_limit} exceeds nominal {self.nominal}")
+        return self
+
+    @property
+    def lendable(self) -> int:
+        return self.nominal if self.lending_limit is None else self.lending_limit
+
+
+class Cohort(Strict):
+    parent: str | None = None
+    weight: float = Field(1.0, gt=0, description="Fair-share weight among its siblings.")
+
+
+class ClusterQueue(Strict):
+    cohort: str | None = None
+    weight: float = Field(1.0, gt=0, description="Fair-share weight among its siblings.")
+    quotas: dict[str, Quota] = Field(default_factory=dict, description="Per flavor, tried in this order.")
+
+
+class LocalQueue(Strict):
+    cluster_queue: str
+
+
+class Tenant(Strict):
+    queues: dict[str, LocalQueue]
+
+
+class Tenancy(Strict):
+    flavors: dict[str, Flavor] = Field(default_factory=dict)
+    cohorts: dict[str, Cohort] = Field(default_factory=dict)
+    cluster_queues: dict[str, ClusterQueue] = Field(default_factory=dict)
+    tenants: dict[str, Tenant] = Field(default_factory=dict)
+    priority_classes: dict[str, int] = Field(default_factory=lambda: {"low": -100, DEFAULT_PRIORITY_CLASS: 0, "high": 100})
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> "Tenancy":
+        for name, cohort in self.cohorts.items():
+            if cohort.parent is not None and cohort.parent not in self.cohorts:
+                raise ValueError(f"cohort {name!r}: parent {cohort.parent!r} is not a cohort")
+        for name in self.cohorts:
+            self._cohort_path(name)  # raises on a cycle
+        for name, cq in self.cluster_queues.items():
+            if cq.cohort is not None and cq.cohort not in self.cohorts:
+                raise ValueError(f"cluster queue {name!r}: cohort {cq.cohort!r} is not defined")
+            for flavor in cq.quotas:
+                if flavor not in self.flavors:
+                    raise ValueError(f"cluster queue {name!r}: flavor {flavor!r} is not defined "
+                                     f"(flavors: {', '.join(sorted(self.flavors))})")
+        for tenant, config in self.tenants.items():
+            for queue, local in config.queues.items():
+                if local.cluster_queue not in self.cluster_queues:
+                    raise ValueError(f"tenant {tenant!r} queue {queue!r}: cluster queue {local.cluster_queue!r} "
+                                     "is not defined")
+        if DEFAULT_PRIORITY_CLASS not in self.priority_classes:
+            raise ValueError(f"priority_classes must define {DEFAULT_PRIORITY_CLASS!r}")
+        return self
+
+    # -- loading ---------------------------------------------------------------------------
+    @classmethod
+    def from_yaml(cls, text: str) -> "Tenancy":
+        return cls.model_validate(yaml.safe_load(text) or {})
 
     @classmethod
-    def load(cls, path: str | Path) -> "Tenancy":
-        return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+    def single(cls, tenant: str, capacities: dict[str, int]) -> "Tenancy":
+        """One tenant owning every backend's whole capacity (a personal control plane)."""
+        return cls(
+            flavors={backend: Flavor(backend=backend) for backend in capacities},
+            cluster_queues={tenant: ClusterQueue(quotas={b: Quota(nominal=gpus) for b, gpus in capacities.items()})},
+            tenants={tenant: Tenant(queues={DEFAULT_QUEUE: LocalQueue(cluster_queue=tenant)})},
+        )
 
-    @classmethod
-    def single(cls, tenant: str, backend: str) -> "Tenancy":
-        return cls(tenants={tenant: TenantConfig(queues={DEFAULT_QUEUE: QueueConfig(backend=backend)})})
-
+    # -- lookups ---------------------------------------------------------------------------
     def tenants_of(self, groups: list[str]) -> list[str]:
         return sorted(group for group in groups if group in self.tenants)
 
-    def resolve_queue(self, tenant: str, queue: str | None) -> tuple[str, QueueConfig]:
-        """The queue a job of `tenant` lands in; a ValueError names the valid choices."""
+    def resolve_queue(self, tenant: str, queue: str | None) -> tuple[str, str]:
+        """(LocalQueue, ClusterQueue) a job of `tenant` lands in; a ValueError names the choices."""
         queues = self.tenants[tenant].queues
         name = queue or (DEFAULT_QUEUE if DEFAULT_QUEUE in queues else next(iter(queues)))
         if name not in queues:
             raise ValueError(f"tenant {tenant!r} has no queue {name!r}; its queues are: {', '.join(sorted(queues))}")
-        return name, queues[name]
+        return name, queues[name].cluster_queue
+
+    def priority_of(self, priority_class: str | None) -> int:
+        name = priority_class or DEFAULT_PRIORITY_CLASS
+        if name not in self.priority_classes:
+            raise ValueError(f"unknown priority class {name!r}; classes: {', '.join(sorted(self.priority_classes))}")
+        return self.priority_classes[name]
+
+    def flavors_for(self, cluster_queue: str, backend: str | None = None) -> list[str]:
+        """The queue's flavors in the order admission tries them, optionally on one backend."""
+        return [f for f in self.cluster_queues[cluster_queue].quotas if backend is None or self.flavors[f].backend == backend]
+
+    def fair_share_path(self, cluster_queue: str) -> list[str]:
+        """Node names from the root down to the queue: cohorts as `cohort:NAME`, then `cq:NAME`."""
+        cohort = self.cluster_queues[cluster_queue].cohort
+        return ([f"cohort:{c}" for c in self._cohort_path(cohort)] if cohort else []) + [f"cq:{cluster_queue}"]
+
+    def weight_of(self, node: str) -> float:
+        kind, _, name = node.partition(":")
+        return self.cohorts[name].weight if kind == "cohort" else self.cluster_queues[name].weight
+
+    def root_of(self, cluster_queue: str) -> str:
+        """The tree a queue borrows within: its top-most cohort, or itself when it has none."""
+        cohort = self.cluster_queues[cluster_queue].cohort
+        return f"cohort:{self._cohort_path(cohort)[0]}" if cohort else f"cq:{cluster_queue}"
+
+    def members(self, root: str) -> Iterator[str]:
+        """The cluster queues that borrow and lend within one tree."""
+        return (name for name in self.cluster_queues if self.root_of(name) == root)
+
+    def max_admissible(self, cluster_queue: str, flavor: str) -> int:
+        """The most GPUs of `flavor` one job of this queue could ever get: its nominal quota
+        plus what it may borrow, and no more than the others in its tree may lend."""
+        own = self.cluster_queues[cluster_queue].quotas[flavor]
+        lendable = sum(
+            self.cluster_queues[other].quotas[flavor].lendable
+            for other in self.members(self.root_of(cluster_queue))
+            if other != cluster_queue and flavor in self.cluster_queues[other].quotas
+        )
+        borrowable = lendable if own.borrowing_limit is None else min(own.borrowing_limit, lendable)
+        return own.nominal + borrowable
+
+    def _cohort_path(self, cohort: str) -> list[str]:
+        path: list[str] = []
+        node: str | None = cohort
+        while node is not None:
+            if node in path:
+                raise ValueError(f"cohorts form a cycle: {' → '.join([*path, node])}")
+            path.append(node)
+            node = self.cohorts[node].parent
+        return list(reversed(path))

@@ -99,6 +99,7 @@ class JobSpec(Strict):
     resources: Resources = Field(default_factory=Resources)
     queue: QueueName | None = Field(None, description="LocalQueue of the user's tenant; its default when absent.")
     backend: Name | None = Field(None, description="Backend to run on; chosen by the queue when absent.")
+    priority: Name | None = Field(None, description="Priority class (e.g. low, normal, high); normal when absent.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for every rank.")
     source: str = Field(..., description="The cell's Python source.")
     input_names: list[str] = Field(default_factory=list, description="Names bound from the inputs bundle.")
@@ -161,6 +162,29 @@ class AttemptView(BaseModel):
     exit_code: int | None
     end_reason: str | None
     last_heartbeat: datetime | None
+    last_checkpoint_at: datetime | None = None
+
+
+class AheadView(BaseModel):
+    """A job in the way of a waiting one."""
+
+    job_id: str
+    cluster_queue: str
+    gpus: int
+    why: str = Field(description="e.g. borrowing, within its quota, next in queue, being preempted.")
+
+
+class PendingView(BaseModel):
+    """Why a job waits: structured, and in plain words."""
+
+    code: str = Field(description="Queued | QuotaExhausted | PoolLent | CapacityFull | Preempting | NeverFits | NoFlavor")
+    message: str
+    position: int = Field(description="1 = next in its ClusterQueue.")
+    flavor: str | None = None
+    needs: int = Field(0, description="GPUs the job needs.")
+    available: int = Field(0, description="GPUs it could get now.")
+    ahead: list[AheadView] = Field(default_factory=list)
+    estimated_start: datetime | None = Field(None, description="If every holder runs to its time limit; null: unknown.")
 
 
 class JobView(BaseModel):
@@ -172,8 +196,14 @@ class JobView(BaseModel):
     tenant: str
     queue: str
     backend: str
+    cluster_queue: str | None = None
+    flavor: str | None = Field(None, description="ResourceFlavor it was admitted on.")
+    priority: int = 0
+    borrowed: int = Field(0, description="GPUs beyond its queue's nominal quota when admitted.")
     phase: Phase
     reason: str | None = Field(None, description="Why the job is in its phase, in plain words.")
+    pending: PendingView | None = Field(None, description="Why it waits (PENDING jobs).")
+    preempting: bool = Field(False, description="Warned of preemption; requeued when its attempt ends.")
     spec: JobSpec
     created_at: datetime
     updated_at: datetime
@@ -231,6 +261,29 @@ class WhoAmI(BaseModel):
     tenants: list[str]
     queues: list[str]
     admin: bool
+
+
+class FlavorUsage(BaseModel):
+    flavor: str
+    backend: str
+    nominal: int
+    borrowing_limit: int | None
+    lending_limit: int | None
+    used: int = Field(description="GPUs held by admitted and running jobs.")
+    borrowed: int = Field(description="Of those, GPUs beyond nominal.")
+
+
+class QueueUsage(BaseModel):
+    """One ClusterQueue's quota and what it uses, as its desk and admins see it."""
+
+    cluster_queue: str
+    cohort: str | None
+    weight: float
+    flavors: list[FlavorUsage]
+    pending_jobs: int
+    pending_gpus: int = Field(description="GPUs wanted by its waiting jobs.")
+    recent_gpus: float = Field(description="Average GPUs over the fair-share half-life (decayed history).")
+    gpu_hours: float = Field(description="GPU-hours used by its jobs so far.")
 
 
 class RenderView(BaseModel):

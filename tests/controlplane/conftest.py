@@ -16,6 +16,7 @@ from cellscale_hub.api.context import Context
 from cellscale_hub.auth import ALL_SCOPES, SCOPE_READ, Identity, Principal, Unauthenticated
 from cellscale_hub.controller import Controller
 from cellscale_hub.drivers.local import LocalDriver
+from cellscale_hub.store.tenancy import TenancyBook
 from cellscale_hub.tenancy import Tenancy
 
 USERS = {
@@ -26,10 +27,22 @@ USERS = {
     "reader": Principal("reader", ("desk-a",), frozenset({SCOPE_READ})),
     "admin": Principal("admin", (), ALL_SCOPES, admin=True),
 }
-TENANCY = Tenancy.model_validate({"tenants": {
-    "desk-a": {"queues": {"default": {"backend": "local"}, "research": {"backend": "local"}}},
-    "desk-b": {"queues": {"default": {"backend": "local"}}},
-}})
+def two_desks(nominal: dict[str, int], backends: dict[str, str] | None = None) -> Tenancy:
+    """desk-a (queues default, research) and desk-b in one cohort, with these nominal
+    quotas per flavor (a flavor's backend is its name unless `backends` says otherwise)."""
+    quotas = {flavor: {"nominal": gpus} for flavor, gpus in nominal.items()}
+    return Tenancy.model_validate({
+        "flavors": {flavor: {"backend": (backends or {}).get(flavor, flavor)} for flavor in nominal},
+        "cohorts": {"firm": {}},
+        "cluster_queues": {desk: {"cohort": "firm", "quotas": quotas} for desk in ("desk-a", "desk-b")},
+        "tenants": {
+            "desk-a": {"queues": {"default": {"cluster_queue": "desk-a"}, "research": {"cluster_queue": "desk-a"}}},
+            "desk-b": {"queues": {"default": {"cluster_queue": "desk-b"}}},
+        },
+    })
+
+
+TENANCY = two_desks({"local": 2})
 
 
 class TableIdentity(Identity):
@@ -47,10 +60,15 @@ class Plane:
         self.store = store
         self.driver = LocalDriver(name="local", gpus=gpus)
         self.drivers = drivers or {"local": self.driver}
-        self.controller = Controller(store, self.drivers, self.jobs_root, self.bundles)
-        ctx = Context(store=store, controller=self.controller, drivers=self.drivers, tenancy=tenancy,
+        self.tenancy = TenancyBook(store)
+        self.tenancy.seed(tenancy, actor="test")
+        self.controller = self.make_controller(self.drivers)
+        ctx = Context(store=store, controller=self.controller, drivers=self.drivers, tenancy=self.tenancy,
                       identity=TableIdentity(), jobs_root=self.jobs_root, bundles_root=self.bundles, prefix="/")
         self.http = TestClient(build_app(ctx))
+
+    def make_controller(self, drivers, **settings):
+        return Controller(self.store, drivers, self.jobs_root, self.bundles, self.tenancy, **settings)
 
     def as_(self, user: str) -> dict:
         return {"Authorization": f"token {user}"}
@@ -63,7 +81,7 @@ class Plane:
     def restart(self):
         """A new controller and driver over the same store and job dirs: what kill -9 leaves."""
         self.driver = LocalDriver(name="local", gpus=self.driver.gpus)
-        self.controller = Controller(self.store, {"local": self.driver}, self.jobs_root, self.bundles)
+        self.controller = self.make_controller({"local": self.driver})
         self.http.app.state.ctx.controller = self.controller
         self.http.app.state.ctx.drivers = {"local": self.driver}
 

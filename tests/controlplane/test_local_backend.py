@@ -103,7 +103,7 @@ def test_gangs_get_disjoint_gpus_and_wait_all_or_nothing(plane):
     b = plane.submit(source=show, resources={"gpus_per_node": 2}).json()
     plane.run_until(a["id"], {Phase.RUNNING})
     waiting = plane.http.get(f"/api/jobs/{b['id']}", headers=plane.as_("alice")).json()
-    assert waiting["phase"] == "PENDING" and "2 GPU(s)" in waiting["reason"] and "1 of 4 free" in waiting["reason"]
+    assert waiting["phase"] == "PENDING" and "2 local GPU(s)" in waiting["reason"] and "1 free" in waiting["reason"]
     plane.run_until(b["id"], TERMINAL)
     assert "[rank 0] gpus 0,1,2" in log_of(plane, a["id"])["text"]
     assert "[rank 0] gpus 0,1" in log_of(plane, b["id"])["text"]
@@ -146,14 +146,14 @@ def _alive(pid):
 
 def test_a_backend_that_does_not_answer_stalls_no_other(tmp_path, store):
     from cellscale_hub.drivers.local import LocalDriver
-    from tests.controlplane.conftest import Plane, TENANCY
+    from tests.controlplane.conftest import Plane, two_desks
 
     class Unreachable(LocalDriver):
         def poll(self, refs):
             raise RuntimeError("squeue: error: Unable to contact slurm controller")
 
     broken = Unreachable(name="broken", gpus=4)
-    plane = Plane(tmp_path, store, drivers={"broken": broken, "local": LocalDriver(name="local", gpus=4)}, tenancy=TENANCY)
+    plane = Plane(tmp_path, store, drivers={"broken": broken, "local": LocalDriver(name="local", gpus=4)}, tenancy=two_desks({"local": 2, "broken": 2}))
     stuck = plane.submit(source="import time\ntime.sleep(30)", backend="broken").json()
     plane.controller.cycle()  # admits and launches it; its polls fail from now on
     job = plane.submit(source="print('fine')").json()

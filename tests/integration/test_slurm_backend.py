@@ -16,16 +16,12 @@ import pytest
 from cellscale.spec import Phase
 from cellscale_hub.drivers.slurm import SlurmDriver
 from cellscale_hub.store import Store
-from cellscale_hub.tenancy import Tenancy
-from tests.controlplane.conftest import Plane
+from tests.controlplane.conftest import Plane, two_desks
 
 pytestmark = pytest.mark.integration
 
 TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED}
-TENANCY = Tenancy.model_validate({"tenants": {
-    "desk-a": {"queues": {"default": {"backend": "slurm"}}},
-    "desk-b": {"queues": {"default": {"backend": "slurm"}}},
-}})
+TENANCY = two_desks({"slurm": 16})
 # CI runs a multi-node shape every time; CELLSCALE_TEST_GPUS=16 runs the full 2 x 8 gang.
 GPUS = int(os.environ.get("CELLSCALE_TEST_GPUS", "4"))
 

@@ -12,7 +12,7 @@ from cellscale_hub.auth import Identity, Principal, Unauthenticated
 from cellscale_hub.controller import Controller
 from cellscale_hub.drivers import Driver
 from cellscale_hub.store import Store
-from cellscale_hub.tenancy import Tenancy
+from cellscale_hub.store.tenancy import TenancyBook
 
 OAUTH_COOKIE = "cellscale-oauth"
 
@@ -22,7 +22,7 @@ class Context:
     store: Store
     controller: Controller
     drivers: dict[str, Driver]
-    tenancy: Tenancy
+    tenancy: TenancyBook
     identity: Identity
     jobs_root: Path
     bundles_root: Path
@@ -54,7 +54,7 @@ def principal(request: Request, ctx: Context = Depends(context)) -> Principal:
     except Unauthenticated as exc:
         raise HTTPException(401, str(exc)) from exc
     return Principal(user=who.user, groups=who.groups, scopes=who.scopes, admin=who.admin,
-                     tenants=tuple(ctx.tenancy.tenants_of(list(who.groups))))
+                     tenants=tuple(ctx.tenancy.current.tenants_of(list(who.groups))))
 
 
 def require(scope: str):

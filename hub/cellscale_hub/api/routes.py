@@ -4,22 +4,24 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
 from cellscale.spec import (
-    MAX_INPUTS_BYTES, BackendView, BundleRef, EventView, JobPage, JobSpec, JobView, LogChunk, Phase, RenderView,
-    SubmitRequest, WhoAmI,
+    MAX_INPUTS_BYTES, BackendView, BundleRef, EventView, JobPage, JobSpec, JobView, LogChunk, Phase, QueueUsage,
+    RenderView, SubmitRequest, WhoAmI,
 )
-from cellscale_hub.api import logs, oauth
+from cellscale_hub import quota
+from cellscale_hub.api import admin, logs, oauth
 from cellscale_hub.api.context import Context, context, require
 from cellscale_hub.auth import SCOPE_READ, SCOPE_SUBMIT, Principal
 from cellscale_hub.drivers import AttemptRef, Driver, SpecRejected
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.jobs import IdempotencyConflict
-from cellscale_hub.store.models import Job
+from cellscale_hub.store.models import Job, utcnow
 
 Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
 Submitter = Annotated[Principal, Depends(require(SCOPE_SUBMIT))]
@@ -35,7 +37,9 @@ def build_app(ctx: Context) -> FastAPI:
     app.state.ctx = ctx
     router = APIRouter(prefix=f"{prefix}/api")
     _job_routes(router)
+    admin.routes(router)
     app.include_router(router)
+    app.include_router(admin.page(prefix))
     app.include_router(oauth.router(prefix))
     return app
 
@@ -61,8 +65,16 @@ def _job_routes(router: APIRouter) -> None:
 
     @router.get("/whoami", response_model=WhoAmI)
     def whoami(who: Reader, ctx: Ctx) -> WhoAmI:
-        queues = sorted(ctx.tenancy.tenants[who.tenant].queues) if who.tenant else []
+        queues = sorted(ctx.tenancy.current.tenants[who.tenant].queues) if who.tenant else []
         return WhoAmI(user=who.user, tenant=who.tenant, tenants=list(who.tenants), queues=queues, admin=who.admin)
+
+    @router.get("/quota", response_model=list[QueueUsage])
+    def desk_quota(who: Reader, ctx: Ctx) -> list[QueueUsage]:
+        """The quota of the cluster queues your desks submit to: used, borrowed, waiting."""
+        tenancy = ctx.tenancy.current
+        mine = {local.cluster_queue for t in who.tenants for local in tenancy.tenants[t].queues.values()}
+        with ctx.store.session() as session:
+            return quota.queue_usage(session, tenancy, utcnow(), ctx.controller.fair_share_half_life_s, only=mine)
 
     @router.get("/backends", response_model=list[BackendView])
     def backends(who: Reader, ctx: Ctx) -> list[BackendView]:
@@ -88,11 +100,13 @@ def _job_routes(router: APIRouter) -> None:
                  responses={200: {"model": JobView, "description": "an earlier submit with the same key"}})
     def submit(body: SubmitRequest, who: Submitter, ctx: Ctx,
                idempotency_key: Annotated[str | None, Header(max_length=128)] = None):
-        tenant, queue, driver, spec = _placement(ctx, who, body.spec)
+        place = _placement(ctx, who, body.spec)
+        spec = place.spec
         if spec.inputs_sha256 and not (ctx.bundles_root / spec.inputs_sha256).exists():
             raise HTTPException(422, f"inputs bundle {spec.inputs_sha256} was not uploaded; POST it to /api/bundles first")
         job = Job(id=ctx.new_job_id(), idempotency_key=idempotency_key or ctx.new_job_id(), owner=who.user,
-                  tenant=tenant, queue=queue, backend=driver.name, name=spec.name, spec=spec.model_dump(mode="json"),
+                  tenant=place.tenant, queue=place.queue, cluster_queue=place.cluster_queue, backend=place.driver.name,
+                  priority=place.priority, name=spec.name, spec=spec.model_dump(mode="json"),
                   gpus=spec.resources.gpus, phase=Phase.PENDING.value, reason="waiting for admission")
         with ctx.store.session() as session:
             try:
@@ -106,10 +120,11 @@ def _job_routes(router: APIRouter) -> None:
     @router.post("/render", response_model=RenderView)
     def render(body: SubmitRequest, who: Submitter, ctx: Ctx) -> RenderView:
         """The dry run: the exact script the backend would run, without submitting."""
-        tenant, _, driver, spec = _placement(ctx, who, body.spec)
-        gpus = tuple(range(spec.resources.gpus_per_node)) if driver.kind == "local" else ()
+        place = _placement(ctx, who, body.spec)
+        driver, spec = place.driver, place.spec
+        gpus = tuple(range(spec.resources.gpus_per_node)) if driver.assigns_gpu_ids else ()
         ref = AttemptRef(job_id="cs-dryrun", number=1, job_dir=ctx.jobs_root / "cs-dryrun", spec=spec, gpu_ids=gpus,
-                         owner=who.user, tenant=tenant)
+                         owner=who.user, tenant=place.tenant)
         return RenderView(backend=driver.name, script=driver.render(ref))
 
     @router.get("/jobs", response_model=JobPage)
@@ -190,23 +205,53 @@ def _job_routes(router: APIRouter) -> None:
         return RenderView(backend=driver.name, script=driver.render(ref))
 
 
-def _placement(ctx: Context, who: Principal, spec: JobSpec) -> tuple[str, str, Driver, JobSpec]:
-    """Resolve user → tenant → queue → backend, shape the spec for that backend, and refuse
-    what can never run, before storing."""
+@dataclass(frozen=True)
+class Placement:
+    tenant: str
+    queue: str
+    cluster_queue: str
+    priority: int
+    driver: Driver
+    spec: JobSpec
+
+
+def _placement(ctx: Context, who: Principal, spec: JobSpec) -> Placement:
+    """Resolve user → tenant → LocalQueue → ClusterQueue → backend, shape the spec for that
+    backend, and refuse what can never run (with the numbers), before storing."""
+    tenancy = ctx.tenancy.current
     if who.tenant is None:
         raise HTTPException(403, f"user {who.user} is in no tenant group; ask an admin to add you to a desk "
-                                 f"(tenants: {', '.join(sorted(ctx.tenancy.tenants))})")
+                                 f"(tenants: {', '.join(sorted(tenancy.tenants))})")
     try:
-        queue, queue_config = ctx.tenancy.resolve_queue(who.tenant, spec.queue)
+        queue, cluster_queue = tenancy.resolve_queue(who.tenant, spec.queue)
+        priority = tenancy.priority_of(spec.priority)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
-    backend = spec.backend or queue_config.backend
-    driver = ctx.drivers.get(backend)
-    if driver is None:
-        raise HTTPException(422, f"unknown backend {backend!r}; backends: {', '.join(sorted(ctx.drivers))}")
+    usable = [f for f in tenancy.flavors_for(cluster_queue) if tenancy.flavors[f].backend in ctx.drivers]
+    if spec.backend is not None and spec.backend not in ctx.drivers:
+        raise HTTPException(422, f"unknown backend {spec.backend!r}; backends: {', '.join(sorted(ctx.drivers))}")
+    backend = spec.backend or (tenancy.flavors[usable[0]].backend if usable else None)
+    flavors = [f for f in usable if tenancy.flavors[f].backend == backend]
+    if not flavors:
+        on = f" on backend {spec.backend!r}" if spec.backend else ""
+        raise HTTPException(422, f"queue {queue} ({cluster_queue}) has no quota{on}; its flavors: "
+                                 f"{', '.join(f'{f} ({tenancy.flavors[f].backend})' for f in usable) or 'none'}")
+    driver = ctx.drivers[backend]
     try:
         spec = driver.shape(spec)
         driver.validate(spec)
     except SpecRejected as exc:
         raise HTTPException(422, str(exc)) from exc
-    return who.tenant, queue, driver, spec
+    _refuse_if_never_fits(tenancy, cluster_queue, flavors, spec.resources.gpus)
+    return Placement(who.tenant, queue, cluster_queue, priority, driver, spec)
+
+
+def _refuse_if_never_fits(tenancy, cluster_queue: str, flavors: list[str], gpus: int) -> None:
+    most = {f: tenancy.max_admissible(cluster_queue, f) for f in flavors}
+    best = max(most, key=most.get)
+    if gpus > most[best]:
+        nominal = tenancy.cluster_queues[cluster_queue].quotas[best].nominal
+        raise HTTPException(422, f"{gpus} GPUs can never be admitted: queue {cluster_queue} can get at most "
+                                 f"{most[best]} {best} GPUs (nominal {nominal} + {most[best] - nominal} borrowable "
+                                 f"from its cohort); ask for at most --gpus {most[best]}, or ask an admin to raise "
+                                 "the quota")

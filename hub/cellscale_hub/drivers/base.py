@@ -10,6 +10,8 @@ Subclass `Driver` and override:
 - `poll(refs)`: one batched query for all active attempts of this backend. An attempt the
   backend did not answer for is UNKNOWN, never "gone".
 - `cancel(ref)`: ask the backend to stop the attempt (the job dir's exit record follows).
+- `warn(ref)`: deliver the preemption warning (SIGUSR1 to each node's supervisor, which
+  tells the ranks); the controller cancels the attempt when the grace period ends.
 
 and, when the backend places jobs itself rather than against a declared capacity,
 `place(...)`. Drivers hold no durable state: everything they need after a restart of the
@@ -69,9 +71,11 @@ class Driver(LoggingConfigurable):
 
     name = Unicode(help="The backend's name as users see it (--backend NAME).").tag(config=True)
 
+    assigns_gpu_ids = False  # True: the control plane picks GPU ids (the backend does not)
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        missing = [m for m in ("capacity", "render", "submit", "poll", "cancel") if getattr(cls, m) is getattr(Driver, m)]
+        missing = [m for m in ("capacity", "render", "submit", "poll", "cancel", "warn") if getattr(cls, m) is getattr(Driver, m)]
         if missing:
             raise TypeError(f"{cls.__name__} must override {', '.join(missing)}")
 
@@ -114,4 +118,7 @@ class Driver(LoggingConfigurable):
         raise NotImplementedError("Override in subclass.")
 
     def cancel(self, ref: AttemptRef) -> None:
+        raise NotImplementedError("Override in subclass.")
+
+    def warn(self, ref: AttemptRef) -> None:
         raise NotImplementedError("Override in subclass.")

@@ -36,6 +36,8 @@ class LocalDriver(Driver):
         help="How long a submitted attempt may take to show its supervisor before it counts as lost.",
     ).tag(config=True)
 
+    assigns_gpu_ids = True
+
     @default("name")
     def _default_name(self) -> str:
         return "local"
@@ -106,14 +108,26 @@ class LocalDriver(Driver):
         return Observation(AttemptState.LOST, reason=f"the supervisor never started within {self.start_grace_seconds:.0f}s")
 
     def cancel(self, ref: AttemptRef) -> None:
+        self._signal(ref, signal.SIGTERM)
+
+    def warn(self, ref: AttemptRef) -> None:
+        self._signal(ref, signal.SIGUSR1)
+
+    def _signal(self, ref: AttemptRef, signum: int) -> None:
+        """Signal the attempt's supervisor: by the pid it recorded, or, when it was launched
+        moments ago and has not recorded it yet, by the process this driver spawned."""
         started = ref.dir.started(ref.number)
-        if started:
-            try:
-                os.kill(int(started["pid"]), signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        child = self._children.get(ref.key)
+        pid = int(started["pid"]) if started else (child.pid if child else None)
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
 
 
 def _state_for(reason: str) -> AttemptState:
-    return {"succeeded": AttemptState.SUCCEEDED, "cancelled": AttemptState.CANCELLED}.get(reason, AttemptState.FAILED)
+    return {"succeeded": AttemptState.SUCCEEDED, "cancelled": AttemptState.CANCELLED,
+            "preempted": AttemptState.CANCELLED}.get(reason, AttemptState.FAILED)
 

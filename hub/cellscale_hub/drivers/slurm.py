@@ -253,6 +253,11 @@ class SlurmDriver(Driver):
         if ref.backend_ref:
             self._run([*self._as_user(ref.owner), "scancel", ref.backend_ref])
 
+    def warn(self, ref: AttemptRef) -> None:
+        """SIGUSR1 to every step's tasks (the supervisors), not to the batch shell."""
+        if ref.backend_ref:
+            self._run([*self._as_user(ref.owner), "scancel", "--signal=USR1", ref.backend_ref])
+
 
 def _gpus_of(gres: str) -> int:
     """'gpu:8' or 'gpu:tesla:8(S:0)' → 8."""

@@ -12,7 +12,7 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from cellscale.spec import AttemptView, EventView, JobSpec, JobView, Phase
+from cellscale.spec import AttemptView, EventView, JobSpec, JobView, PendingView, Phase
 from cellscale_hub.lifecycle import check_transition
 from cellscale_hub.store.models import Attempt, Event, Job, utcnow
 
@@ -72,20 +72,17 @@ def transition(session: Session, job: Job, target: Phase, reason: str, *, actor:
               reason=reason, message=message, actor=actor)
 
 
-def set_reason(session: Session, job_id: str, reason: str) -> None:
-    session.execute(update(Job).where(Job.id == job_id).values(reason=reason))
-
-
 def active_attempts(session: Session, backend: str) -> list[Attempt]:
     query = select(Attempt).where(Attempt.backend == backend, Attempt.state.in_(ACTIVE_ATTEMPT_STATES))
     return list(session.scalars(query.order_by(Attempt.id)))
 
 
-def pending_queue(session: Session, backend: str) -> list:
-    """(id, gpus, reason) of the backend's pending jobs in submit order: no ORM objects, so a
-    long queue stays cheap to scan on every cycle."""
-    query = select(Job.id, Job.gpus, Job.reason).where(Job.backend == backend, Job.phase == Phase.PENDING.value)
-    return list(session.execute(query.order_by(Job.created_at, Job.id)))
+def set_pending(session: Session, job_id: str, pending: dict, reason: str) -> None:
+    session.execute(update(Job).where(Job.id == job_id).values(pending=pending, reason=reason))
+
+
+def preemption_due(session: Session, now: datetime) -> list[Job]:
+    return list(session.scalars(select(Job).where(Job.preempt_deadline.is_not(None), Job.preempt_deadline <= now)))
 
 
 def cancel_requested_active(session: Session) -> list[Job]:
@@ -134,7 +131,10 @@ def events_of(session: Session, job_id: str, after: int = 0) -> list[Event]:
 def job_view(job: Job) -> JobView:
     return JobView(
         id=job.id, name=job.name, owner=job.owner, tenant=job.tenant, queue=job.queue, backend=job.backend,
+        cluster_queue=job.cluster_queue, flavor=job.flavor, priority=job.priority, borrowed=job.borrowed,
         phase=Phase(job.phase), reason=job.reason, spec=JobSpec.model_validate(job.spec),
+        pending=PendingView.model_validate(job.pending) if job.pending and job.phase == Phase.PENDING.value else None,
+        preempting=job.preempt_deadline is not None,
         created_at=job.created_at, updated_at=job.updated_at, started_at=job.started_at,
         finished_at=job.finished_at, cancel_requested=job.cancel_requested,
         result_available=job.result_available,
@@ -146,7 +146,7 @@ def attempt_view(a: Attempt) -> AttemptView:
     return AttemptView(
         number=a.number, backend=a.backend, backend_ref=a.backend_ref, state=a.state, gpu_ids=list(a.gpu_ids or []),
         submitted_at=a.submitted_at, started_at=a.started_at, ended_at=a.ended_at, exit_code=a.exit_code,
-        end_reason=a.end_reason, last_heartbeat=a.last_heartbeat,
+        end_reason=a.end_reason, last_heartbeat=a.last_heartbeat, last_checkpoint_at=a.last_checkpoint_at,
     )
 
 

@@ -42,11 +42,18 @@ class Job(Base):
     tenant: Mapped[str] = mapped_column(String(255), index=True)
     queue: Mapped[str] = mapped_column(String(63))
     backend: Mapped[str] = mapped_column(String(63), index=True)
+    cluster_queue: Mapped[str | None] = mapped_column(String(63), index=True)
+    flavor: Mapped[str | None] = mapped_column(String(63))
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    borrowed: Mapped[int] = mapped_column(Integer, default=0)
     name: Mapped[str] = mapped_column(String(63))
     spec: Mapped[dict] = mapped_column(JSON)
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     phase: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str | None] = mapped_column(Text)
+    pending: Mapped[dict | None] = mapped_column(JSON)  # why it waits, structured (PendingView)
+    preempt_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)  # warned: cancel at this time
+    preempt_reason: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     result_available: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
@@ -76,6 +83,7 @@ class Attempt(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     end_reason: Mapped[str | None] = mapped_column(Text)
     last_heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_checkpoint_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     job: Mapped[Job] = relationship(back_populates="attempts")
 
@@ -95,3 +103,30 @@ class Event(Base):
     reason: Mapped[str | None] = mapped_column(String(64))
     message: Mapped[str | None] = mapped_column(Text)
     actor: Mapped[str | None] = mapped_column(String(255))
+
+
+class TenancyRevision(Base):
+    """Every version of the tenancy document (flavors, cohorts, queues, tenants); the
+    newest is in force."""
+
+    __tablename__ = "tenancy_revisions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    actor: Mapped[str] = mapped_column(String(255))
+    document: Mapped[dict] = mapped_column(JSON)
+
+
+class AuditEvent(Base):
+    """Who changed what in the tenancy, with the value before and after."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(255))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(255))
+    before: Mapped[dict | None] = mapped_column(JSON)
+    after: Mapped[dict | None] = mapped_column(JSON)
+    revision: Mapped[int | None] = mapped_column(Integer)

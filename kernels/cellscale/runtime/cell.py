@@ -14,6 +14,7 @@ import traceback
 
 import cloudpickle
 
+from cellscale.runtime.environment import EXIT_PREEMPTED, Preempted
 from cellscale.runtime.jobdir import JobDir, write_atomic
 
 
@@ -49,6 +50,9 @@ def main(argv: list[str]) -> int:
         exec(code, namespace)  # noqa: S102 - running the user's cell is this module's purpose
         if os.environ.get("RANK", "0") == "0":
             save_outputs(job, namespace, plan.outputs)
+    except Preempted:
+        print(f"[cellscale] rank {os.environ.get('RANK', '0')} stopped for preemption", flush=True)
+        return EXIT_PREEMPTED
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
         traceback.print_exception(exc.__class__, exc, _user_frames(exc.__traceback__))
         record_error(job, attempt, exc)

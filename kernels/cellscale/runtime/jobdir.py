@@ -105,6 +105,10 @@ class JobDir:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
+    def preempt_notice(self, attempt: int) -> Path:
+        """Exists once the attempt was warned of preemption (any node's supervisor writes it)."""
+        return self.attempt_dir(attempt) / "preempt-notice"
+
     def read_error(self, attempt: int) -> dict | None:
         try:
             return json.loads((self.attempt_dir(attempt) / "error.json").read_text())

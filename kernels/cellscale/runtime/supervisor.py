@@ -76,6 +76,7 @@ class Supervisor:
         os.write(log_fd, f"[cellscale] attempt {self.attempt} starting on {where}\n".encode())
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGUSR1, self._on_preempt_warning)
         threading.Thread(target=self._heartbeat, daemon=True).start()
         try:
             record = self._launch(log_fd)
@@ -119,6 +120,8 @@ class Supervisor:
             return ExitRecord(code=code, reason="cancelled")
         if code == 0:
             return ExitRecord(code=0, reason="succeeded")
+        if self.job.preempt_notice(self.attempt).exists():  # torchrun turns a rank's exit code into 1
+            return ExitRecord(code=code, reason="preempted", message="stopped after the preemption warning")
         error = self.job.read_error(self.attempt)
         if error:
             return ExitRecord(code=code, reason="user_error", message=error.get("summary"))
@@ -131,6 +134,7 @@ class Supervisor:
             CELLSCALE_JOB_ID=self.plan.job_id,
             CELLSCALE_ATTEMPT=str(self.attempt),
             CELLSCALE_NODE=str(self.node),
+            CELLSCALE_JOB_DIR=str(self.job.root),
             PYTHONUNBUFFERED="1",
             TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
         )
@@ -145,6 +149,11 @@ class Supervisor:
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.stop_reason = self.stop_reason or "cancelled"
         threading.Thread(target=self._terminate, daemon=True).start()
+
+    def _on_preempt_warning(self, _signum: int, _frame: object) -> None:
+        """The backend will stop this attempt after a grace period: tell the ranks (they see
+        it through JobEnvironment.preempt_requested()) so they can checkpoint and exit."""
+        write_atomic(self.job.preempt_notice(self.attempt), json.dumps({"at": time.time()}).encode())
 
     def _terminate(self) -> None:
         child = self.child

@@ -1,0 +1,185 @@
+"""The admin API and page: the tenancy tree, quotas against use, pending pressure, and the
+audit log; quota and weight edits, validated as a whole. Hub admins only."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import BaseModel, Field, ValidationError
+
+from cellscale.spec import QueueUsage
+from cellscale_hub import quota
+from cellscale_hub.api.context import Context, context, presented_token, principal
+from cellscale_hub.auth import Principal, Unauthenticated
+from cellscale_hub.store.models import utcnow
+from cellscale_hub.tenancy import Quota, Tenancy
+
+STATIC = Path(__file__).with_name("static")
+
+
+def require_admin(who: Principal = Depends(principal)) -> Principal:
+    if not who.admin:
+        raise HTTPException(403, "quotas and tenants are for hub admins")
+    return who
+
+
+Admin = Annotated[Principal, Depends(require_admin)]
+Ctx = Annotated[Context, Depends(context)]
+
+
+class FlavorCapacity(BaseModel):
+    flavor: str
+    backend: str
+    capacity_gpus: int = Field(description="Physical GPUs of its backend now (0: the backend is not configured).")
+    nominal_total: int = Field(description="Sum of the nominal quotas on this flavor.")
+
+
+class TenancyView(BaseModel):
+    tenancy: dict[str, Any] = Field(description="The document in force: flavors, cohorts, cluster_queues, tenants, "
+                                                "priority_classes (the shape of config/tenants.yaml).")
+    flavors: list[FlavorCapacity]
+    usage: list[QueueUsage]
+    fair_share_half_life_s: float
+    preemption_grace_s: float
+
+
+class QuotaUpdate(Quota):
+    """New quota of one cluster queue on one flavor."""
+
+
+class WeightUpdate(BaseModel):
+    weight: float = Field(gt=0, le=1000)
+
+
+class AuditView(BaseModel):
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    before: dict | None
+    after: dict | None
+    revision: int | None
+
+
+def routes(router: APIRouter) -> None:
+    @router.get("/admin/tenancy", response_model=TenancyView)
+    def tenancy_view(who: Admin, ctx: Ctx) -> TenancyView:
+        t = ctx.tenancy.current
+        with ctx.store.session() as session:
+            usage = quota.queue_usage(session, t, utcnow(), ctx.controller.fair_share_half_life_s)
+        return TenancyView(tenancy=t.model_dump(mode="json"), flavors=_capacities(ctx, t), usage=usage,
+                           fair_share_half_life_s=ctx.controller.fair_share_half_life_s,
+                           preemption_grace_s=ctx.controller.preemption_grace_s)
+
+    @router.put("/admin/cluster-queues/{name}/quotas/{flavor}", response_model=TenancyView)
+    def set_quota(name: str, flavor: str, body: QuotaUpdate, who: Admin, ctx: Ctx) -> TenancyView:
+        def edit(doc: dict):
+            queue = _lookup(doc["cluster_queues"], name, "cluster queue")
+            if flavor not in doc["flavors"]:
+                raise HTTPException(404, f"no flavor {flavor!r}; flavors: {', '.join(sorted(doc['flavors']))}")
+            before = queue["quotas"].get(flavor)
+            queue["quotas"][flavor] = body.model_dump()
+            return before, queue["quotas"][flavor]
+
+        _change(ctx, who, "set-quota", f"cluster_queues/{name}/quotas/{flavor}", edit)
+        return tenancy_view(who, ctx)
+
+    @router.put("/admin/cluster-queues/{name}/weight", response_model=TenancyView)
+    def set_queue_weight(name: str, body: WeightUpdate, who: Admin, ctx: Ctx) -> TenancyView:
+        _change(ctx, who, "set-weight", f"cluster_queues/{name}/weight", _set_weight("cluster_queues", name, body.weight))
+        return tenancy_view(who, ctx)
+
+    @router.put("/admin/cohorts/{name}/weight", response_model=TenancyView)
+    def set_cohort_weight(name: str, body: WeightUpdate, who: Admin, ctx: Ctx) -> TenancyView:
+        _change(ctx, who, "set-weight", f"cohorts/{name}/weight", _set_weight("cohorts", name, body.weight))
+        return tenancy_view(who, ctx)
+
+    @router.get("/admin/audit", response_model=list[AuditView])
+    def audit(who: Admin, ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> list[AuditView]:
+        return [AuditView.model_validate(e, from_attributes=True) for e in ctx.tenancy.audit(limit)]
+
+
+def page(prefix: str) -> APIRouter:
+    r = APIRouter(prefix=prefix)
+
+    @r.get("/admin", include_in_schema=False)
+    def admin_page(request: Request):
+        """The admin page; a browser without a session signs in through the hub first."""
+        ctx: Context = request.app.state.ctx
+        token = presented_token(request)
+        if not token:
+            return RedirectResponse(f"{prefix}/login?next={prefix}/admin", status_code=302)
+        try:
+            who = ctx.identity.principal(token)
+        except Unauthenticated:
+            return RedirectResponse(f"{prefix}/login?next={prefix}/admin", status_code=302)
+        if not who.admin:
+            return HTMLResponse("<h1>403</h1><p>The cellscale admin page is for hub admins.</p>", status_code=403)
+        html = (STATIC / "admin.html").read_text().replace("{{PREFIX}}", prefix)
+        return HTMLResponse(html, headers={"Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'",
+                                           "Cache-Control": "no-store"})
+
+    @r.get("/admin/admin.js", include_in_schema=False)
+    def admin_js():
+        return HTMLResponse((STATIC / "admin.js").read_text(), media_type="text/javascript")
+
+    return r
+
+
+def _lookup(table: dict, name: str, kind: str) -> dict:
+    if name not in table:
+        raise HTTPException(404, f"no {kind} {name!r}; {kind}s: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def _set_weight(table: str, name: str, weight: float):
+    def edit(doc: dict):
+        entry = _lookup(doc[table], name, table.rstrip("s").replace("_", " "))
+        before, entry["weight"] = entry.get("weight", 1.0), weight
+        return before, weight
+
+    return edit
+
+
+def _change(ctx: Context, who: Principal, action: str, target: str, edit) -> None:
+    """Apply and validate; refuse (422) a document that is invalid or promises more GPUs
+    than a flavor's backend has."""
+
+    def checked(doc: dict):
+        before, after = edit(doc)
+        _check_capacity(ctx, Tenancy.model_validate(doc))
+        return before, after
+
+    try:
+        ctx.tenancy.change(who.user, action, target, checked)
+    except ValidationError as exc:
+        raise HTTPException(422, "; ".join(_plain(e) for e in exc.errors())) from exc
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    ctx.controller.wake()
+
+
+def _plain(error: dict) -> str:
+    where = ".".join(str(part) for part in error.get("loc", ()) if part != "__root__")
+    message = error.get("msg", "invalid").removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def _capacities(ctx: Context, t: Tenancy) -> list[FlavorCapacity]:
+    capacity = ctx.controller.capacities(t)
+    return [FlavorCapacity(flavor=f, backend=spec.backend, capacity_gpus=capacity[f],
+                           nominal_total=sum(cq.quotas[f].nominal for cq in t.cluster_queues.values() if f in cq.quotas))
+            for f, spec in t.flavors.items()]
+
+
+def _check_capacity(ctx: Context, t: Tenancy) -> None:
+    for flavor in _capacities(ctx, t):
+        if flavor.capacity_gpus and flavor.nominal_total > flavor.capacity_gpus:
+            raise ValueError(f"nominal quotas on flavor {flavor.flavor} would sum to {flavor.nominal_total} GPUs, "
+                             f"more than its backend {flavor.backend} has ({flavor.capacity_gpus}); lower another "
+                             "queue's nominal quota first")

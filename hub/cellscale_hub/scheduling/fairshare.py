@@ -1,0 +1,70 @@
+"""Hierarchical fair share with memory.
+
+A queue's usage is its GPUs in use now plus its *recent* use: GPU-seconds decayed with a
+half-life, expressed as average GPUs (a queue that held r GPUs for ever has history r).
+A desk that used a lot in the last hour therefore yields to one that did not, and with
+half-life 0 only current use counts (Kueue's behaviour).
+
+Ordering is a walk down the cohort tree (as in Slurm's Fair Tree): among siblings, the one
+whose usage is smallest relative to its weight goes first; the sort key of a queue is that
+ratio at every level from the root down, compared left to right.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cellscale_hub.tenancy import Tenancy
+
+ROOT = "root"
+
+
+def decayed_gpu_seconds(gpus: int, start: float, end: float, now: float, half_life: float) -> float:
+    """∫ gpus · 2^(-(now - t)/half_life) dt over [start, end]: recent seconds count fully,
+    older ones fade."""
+    if end <= start:
+        return 0.0
+    if half_life <= 0:
+        return 0.0
+    k = math.log(2) / half_life
+    return gpus / k * (math.exp(-k * (now - end)) - math.exp(-k * (now - start)))
+
+
+def average_gpus(decayed: float, half_life: float) -> float:
+    """Decayed GPU-seconds as the constant GPU count that would have produced them."""
+    return decayed * math.log(2) / half_life if half_life > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class FairTree:
+    """The cohort tree flattened for fast share computation."""
+
+    paths: dict[str, tuple[str, ...]]  # cluster queue -> nodes from the top down
+    parent: dict[str, str]
+    share: dict[str, float]  # node -> its weight as a fraction of its siblings' weights
+
+    @classmethod
+    def of(cls, tenancy: Tenancy) -> "FairTree":
+        paths = {cq: tuple(tenancy.fair_share_path(cq)) for cq in tenancy.cluster_queues}
+        parent: dict[str, str] = {}
+        for path in paths.values():
+            for above, node in zip((ROOT, *path), path):
+                parent[node] = above
+        siblings_weight: dict[str, float] = {}
+        for node, above in parent.items():
+            siblings_weight[above] = siblings_weight.get(above, 0.0) + tenancy.weight_of(node)
+        share = {node: tenancy.weight_of(node) / siblings_weight[above] for node, above in parent.items()}
+        return cls(paths=paths, parent=parent, share=share)
+
+    def node_usage(self, queue_usage: Mapping[str, float]) -> dict[str, float]:
+        usage: dict[str, float] = {}
+        for cq, amount in queue_usage.items():
+            for node in self.paths.get(cq, ()):
+                usage[node] = usage.get(node, 0.0) + amount
+        return usage
+
+    def key(self, cluster_queue: str, node_usage: Mapping[str, float]) -> tuple[float, ...]:
+        """Smaller goes first: usage over entitled share at each level, from the top down."""
+        return tuple(node_usage.get(node, 0.0) / self.share[node] for node in self.paths[cluster_queue])

@@ -1,0 +1,79 @@
+"""The admin API: hub admins only; quota and weight edits validated as a whole and audited."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("get", "/api/admin/tenancy", None),
+    ("get", "/api/admin/audit", None),
+    ("put", "/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 4}),
+    ("put", "/api/admin/cluster-queues/desk-a/weight", {"weight": 2}),
+    ("put", "/api/admin/cohorts/firm/weight", {"weight": 2}),
+])
+def test_only_admins_read_or_change_quotas(plane, method, path, body):
+    for user, status in (("alice", 403), ("bob", 403), ("nobody", 401)):
+        response = getattr(plane.http, method)(path, headers=plane.as_(user), **({"json": body} if body else {}))
+        assert response.status_code == status, (user, response.text)
+    assert plane.http.get("/api/admin/tenancy", headers=plane.as_("admin")).json()["tenancy"]["cluster_queues"][
+        "desk-a"]["quotas"]["local"]["nominal"] == 2  # nothing changed
+
+
+def test_quota_change_is_applied_and_audited(plane):
+    lowered = plane.http.put("/api/admin/cluster-queues/desk-b/quotas/local", headers=plane.as_("admin"),
+                             json={"nominal": 1})
+    assert lowered.status_code == 200, lowered.text
+    response = plane.http.put("/api/admin/cluster-queues/desk-a/quotas/local", headers=plane.as_("admin"),
+                              json={"nominal": 3, "borrowing_limit": 0, "lending_limit": 1})
+    assert response.status_code == 200, response.text
+    view = response.json()
+    assert view["tenancy"]["cluster_queues"]["desk-a"]["quotas"]["local"] == \
+        {"nominal": 3, "borrowing_limit": 0, "lending_limit": 1}
+    assert view["flavors"] == [{"flavor": "local", "backend": "local", "capacity_gpus": 4, "nominal_total": 4}]
+    latest = plane.http.get("/api/admin/audit", headers=plane.as_("admin")).json()[0]
+    assert latest["actor"] == "admin" and latest["action"] == "set-quota"
+    assert latest["target"] == "cluster_queues/desk-a/quotas/local"
+    assert latest["before"] == {"nominal": 2, "borrowing_limit": None, "lending_limit": None}
+    assert latest["after"] == {"nominal": 3, "borrowing_limit": 0, "lending_limit": 1}
+    # the new quota is in force for admission: desk-a may no longer borrow
+    refused = plane.submit(resources={"gpus_per_node": 4})
+    assert refused.status_code == 422 and "at most 3" in refused.json()["detail"]
+
+
+@pytest.mark.parametrize("path, body, words", [
+    ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 2, "lending_limit": 3}, "lending_limit 3 exceeds nominal 2"),
+    ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 3.5}, "nominal"),
+    ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": -1}, "greater than or equal to 0"),
+    ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 3, "typo": 1}, "typo"),
+    ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 5}, "would sum to 7 GPUs, more than its backend local has (4)"),
+    ("/api/admin/cluster-queues/desk-z/quotas/local", {"nominal": 1}, "no cluster queue 'desk-z'"),
+    ("/api/admin/cluster-queues/desk-a/quotas/h100", {"nominal": 1}, "no flavor 'h100'"),
+    ("/api/admin/cluster-queues/desk-a/weight", {"weight": 0}, "greater than 0"),
+])
+def test_invalid_changes_are_refused_and_change_nothing(plane, path, body, words):
+    before = plane.http.get("/api/admin/audit", headers=plane.as_("admin")).json()
+    response = plane.http.put(path, headers=plane.as_("admin"), json=body)
+    assert response.status_code in (404, 422), response.text
+    assert words in str(response.json()["detail"])
+    assert plane.http.get("/api/admin/audit", headers=plane.as_("admin")).json() == before
+
+
+def test_weights_change_and_are_audited(plane):
+    plane.http.put("/api/admin/cohorts/firm/weight", headers=plane.as_("admin"), json={"weight": 3})
+    plane.http.put("/api/admin/cluster-queues/desk-b/weight", headers=plane.as_("admin"), json={"weight": 0.5})
+    doc = plane.http.get("/api/admin/tenancy", headers=plane.as_("admin")).json()["tenancy"]
+    assert doc["cohorts"]["firm"]["weight"] == 3 and doc["cluster_queues"]["desk-b"]["weight"] == 0.5
+    audit = plane.http.get("/api/admin/audit", headers=plane.as_("admin")).json()
+    assert [(e["target"], e["before"], e["after"]) for e in audit[:2]] == [
+        ("cluster_queues/desk-b/weight", {"value": 1.0}, {"value": 0.5}),
+        ("cohorts/firm/weight", {"value": 1.0}, {"value": 3.0}),
+    ]
+
+
+def test_admin_page_needs_a_session_and_an_admin(plane):
+    assert plane.http.get("/admin", follow_redirects=False).headers["location"] == "/login?next=/admin"
+    assert plane.http.get("/admin", headers=plane.as_("alice")).status_code == 403
+    page = plane.http.get("/admin", headers=plane.as_("admin"))
+    assert page.status_code == 200 and "cellscale admin" in page.text
+    assert "default-src 'self'" in page.headers["content-security-policy"]

@@ -1,0 +1,112 @@
+"""Admission through the API and the real local backend: refusals with numbers, why
+pending, borrowing, and preemption that warns, lets the victim checkpoint, requeues it and
+resumes it to the same result as an uninterrupted run."""
+
+from __future__ import annotations
+
+import cloudpickle
+
+from cellscale.spec import Phase
+from tests.controlplane.conftest import Plane, two_desks
+
+TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED}
+
+# A deterministic toy training loop: 40 steps; total = 1 + 2 + ... + 40 = 820. On a
+# preemption warning it saves its state and stops; the next attempt resumes from it.
+TRAIN = """
+import json, os, time
+from cellscale.runtime import JobEnvironment
+env = JobEnvironment.current()
+path = os.path.join(os.environ["CKPT_DIR"], "state.json")
+state = json.load(open(path)) if os.path.exists(path) else {"step": 0, "total": 0}
+print(f"attempt {env.attempt} starts at step {state['step']}", flush=True)
+while state["step"] < 40:
+    state["step"] += 1
+    state["total"] += state["step"]
+    time.sleep(0.2)
+    if env.preempt_requested():
+        with open(path + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(path + ".tmp", path)
+        print(f"checkpointed at step {state['step']}", flush=True)
+        env.stop_for_preemption()
+total = state["total"]
+"""
+
+
+def get(plane, job_id, user="admin"):
+    return plane.http.get(f"/api/jobs/{job_id}", headers=plane.as_(user)).json()
+
+
+def test_a_job_that_can_never_fit_is_refused_with_the_numbers(tmp_path, store):
+    tenancy = two_desks({"local": 2}).model_copy(deep=True)
+    tenancy.cluster_queues["desk-a"].quotas["local"].borrowing_limit = 1
+    plane = Plane(tmp_path, store, tenancy=tenancy)
+    response = plane.submit(resources={"gpus_per_node": 4})
+    assert response.status_code == 422
+    assert "at most 3 local GPUs (nominal 2 + 1 borrowable" in response.json()["detail"]
+    assert "--gpus 3" in response.json()["detail"]
+
+
+def test_unknown_priority_class_is_refused(plane):
+    response = plane.submit(priority="urgent")
+    assert response.status_code == 422 and "low, high, normal" in response.json()["detail"].replace("high, low", "low, high")
+
+
+def test_borrowing_then_why_pending_in_plain_words(plane):
+    sleeper = "import time\ntime.sleep(30)"
+    big = plane.submit(source=sleeper, resources={"gpus_per_node": 3}).json()
+    plane.run_until(big["id"], {Phase.RUNNING})
+    assert get(plane, big["id"])["borrowed"] == 1 and get(plane, big["id"])["flavor"] == "local"
+    first = plane.submit(source="pass", resources={"gpus_per_node": 2}).json()
+    second = plane.submit(source="pass", resources={"gpus_per_node": 1}).json()
+    plane.controller.cycle()
+    waiting = get(plane, first["id"])
+    assert waiting["phase"] == "PENDING"
+    pending = waiting["pending"]
+    assert pending["code"] == "PoolLent" and pending["needs"] == 2 and pending["available"] == 1
+    assert pending["ahead"][0]["job_id"] == big["id"] and pending["estimated_start"] is not None
+    behind = get(plane, second["id"])["pending"]
+    assert behind["code"] == "Queued" and behind["position"] == 2 and behind["ahead"][0]["job_id"] == first["id"]
+    quota = plane.http.get("/api/quota", headers=plane.as_("carol")).json()
+    assert [(q["cluster_queue"], q["flavors"][0]["used"], q["flavors"][0]["borrowed"], q["pending_jobs"]) for q in quota] \
+        == [("desk-a", 3, 1, 2)]
+    for job in (big, first, second):
+        plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice"))
+
+
+def test_reclaim_warns_the_borrower_which_checkpoints_requeues_and_resumes(plane, tmp_path):
+    plane.controller.preemption_grace_s = 20
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    borrower = plane.submit(source=TRAIN, resources={"gpus_per_node": 4}, env={"CKPT_DIR": str(ckpt)},
+                            outputs=["total"]).json()
+    plane.run_until(borrower["id"], {Phase.RUNNING})
+    owner = plane.submit(user="bob", source="print('desk-b runs')", resources={"gpus_per_node": 2}).json()
+    done = plane.run_until(owner["id"], TERMINAL, timeout=60)
+    assert done["phase"] == "SUCCEEDED"  # within its nominal quota: it got its GPUs back
+    finished = plane.run_until(borrower["id"], TERMINAL, timeout=120)
+    assert finished["phase"] == "SUCCEEDED"
+    result = plane.http.get(f"/api/jobs/{borrower['id']}/result", headers=plane.as_("alice"))
+    assert cloudpickle.loads(result.content) == {"total": 820}  # the same as an uninterrupted run
+    first, second = finished["attempts"][:2]
+    assert first["end_reason"].startswith("preempted: preempted to return") and "desk-b" in first["end_reason"]
+    log = plane.http.get(f"/api/jobs/{borrower['id']}/logs", headers=plane.as_("alice")).json()["text"]
+    stopped_at = int(log.split("checkpointed at step ")[1].split()[0])
+    assert f"attempt 2 starts at step {stopped_at}" in log and 0 < stopped_at < 40
+    events = plane.http.get(f"/api/jobs/{borrower['id']}/events", headers=plane.as_("alice")).json()
+    reasons = [e["reason"] for e in events]
+    assert "Preempting" in reasons and "Requeued" in reasons and "Failed" not in reasons
+
+
+def test_priority_preemption_within_a_queue(plane, tmp_path):
+    plane.controller.preemption_grace_s = 2
+    low = plane.submit(source="import time\ntime.sleep(60)", resources={"gpus_per_node": 4}, priority="low").json()
+    plane.run_until(low["id"], {Phase.RUNNING})
+    urgent = plane.submit(user="carol", source="print('urgent')", resources={"gpus_per_node": 4}, priority="high").json()
+    assert plane.run_until(urgent["id"], TERMINAL, timeout=60)["phase"] == "SUCCEEDED"
+    victim = get(plane, low["id"])
+    assert victim["attempts"][0]["end_reason"].startswith("preempted: preempted for higher-priority job")
+    assert victim["phase"] in ("PENDING", "ADMITTED", "STARTING", "RUNNING")  # requeued, never failed
+    plane.http.post(f"/api/jobs/{low['id']}/cancel", headers=plane.as_("alice"))
+    assert plane.run_until(low["id"], TERMINAL)["phase"] == "CANCELLED"
