@@ -38,6 +38,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/quota": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Desk Quota
+         * @description The quota of the cluster queues your desks submit to: used, borrowed, waiting.
+         */
+        get: operations["desk_quota_api_quota_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/backends": {
         parameters: {
             query?: never;
@@ -222,10 +242,112 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/admin/tenancy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Tenancy View */
+        get: operations["tenancy_view_api_admin_tenancy_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/cluster-queues/{name}/quotas/{flavor}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Set Quota */
+        put: operations["set_quota_api_admin_cluster_queues__name__quotas__flavor__put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/cluster-queues/{name}/weight": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Set Queue Weight */
+        put: operations["set_queue_weight_api_admin_cluster_queues__name__weight_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/cohorts/{name}/weight": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Set Cohort Weight */
+        put: operations["set_cohort_weight_api_admin_cohorts__name__weight_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Audit */
+        get: operations["audit_api_admin_audit_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * AheadView
+         * @description A job in the way of a waiting one.
+         */
+        AheadView: {
+            /** Job Id */
+            job_id: string;
+            /** Cluster Queue */
+            cluster_queue: string;
+            /** Gpus */
+            gpus: number;
+            /**
+             * Why
+             * @description e.g. borrowing, within its quota, next in queue, being preempted.
+             */
+            why: string;
+        };
         /**
          * AttemptState
          * @description What the backend says about one submission. UNKNOWN means it did not answer.
@@ -255,6 +377,34 @@ export interface components {
             end_reason: string | null;
             /** Last Heartbeat */
             last_heartbeat: string | null;
+            /** Last Checkpoint At */
+            last_checkpoint_at?: string | null;
+        };
+        /** AuditView */
+        AuditView: {
+            /** Id */
+            id: number;
+            /**
+             * At
+             * Format: date-time
+             */
+            at: string;
+            /** Actor */
+            actor: string;
+            /** Action */
+            action: string;
+            /** Target */
+            target: string;
+            /** Before */
+            before: {
+                [key: string]: unknown;
+            } | null;
+            /** After */
+            after: {
+                [key: string]: unknown;
+            } | null;
+            /** Revision */
+            revision: number | null;
         };
         /** BackendView */
         BackendView: {
@@ -304,6 +454,46 @@ export interface components {
             /** Actor */
             actor: string | null;
         };
+        /** FlavorCapacity */
+        FlavorCapacity: {
+            /** Flavor */
+            flavor: string;
+            /** Backend */
+            backend: string;
+            /**
+             * Capacity Gpus
+             * @description Physical GPUs of its backend now (0: the backend is not configured).
+             */
+            capacity_gpus: number;
+            /**
+             * Nominal Total
+             * @description Sum of the nominal quotas on this flavor.
+             */
+            nominal_total: number;
+        };
+        /** FlavorUsage */
+        FlavorUsage: {
+            /** Flavor */
+            flavor: string;
+            /** Backend */
+            backend: string;
+            /** Nominal */
+            nominal: number;
+            /** Borrowing Limit */
+            borrowing_limit: number | null;
+            /** Lending Limit */
+            lending_limit: number | null;
+            /**
+             * Used
+             * @description GPUs held by admitted and running jobs.
+             */
+            used: number;
+            /**
+             * Borrowed
+             * @description Of those, GPUs beyond nominal.
+             */
+            borrowed: number;
+        };
         /** HTTPValidationError */
         HTTPValidationError: {
             /** Detail */
@@ -342,6 +532,11 @@ export interface components {
              * @description Backend to run on; chosen by the queue when absent.
              */
             backend?: string | null;
+            /**
+             * Priority
+             * @description Priority class (e.g. low, normal, high); normal when absent.
+             */
+            priority?: string | null;
             /**
              * Env
              * @description Extra environment variables for every rank.
@@ -387,12 +582,38 @@ export interface components {
             queue: string;
             /** Backend */
             backend: string;
+            /** Cluster Queue */
+            cluster_queue?: string | null;
+            /**
+             * Flavor
+             * @description ResourceFlavor it was admitted on.
+             */
+            flavor?: string | null;
+            /**
+             * Priority
+             * @default 0
+             */
+            priority: number;
+            /**
+             * Borrowed
+             * @description GPUs beyond its queue's nominal quota when admitted.
+             * @default 0
+             */
+            borrowed: number;
             phase: components["schemas"]["Phase"];
             /**
              * Reason
              * @description Why the job is in its phase, in plain words.
              */
             reason?: string | null;
+            /** @description Why it waits (PENDING jobs). */
+            pending?: components["schemas"]["PendingView"] | null;
+            /**
+             * Preempting
+             * @description Warned of preemption; requeued when its attempt ends.
+             * @default false
+             */
+            preempting: boolean;
             spec: components["schemas"]["JobSpec"];
             /**
              * Created At
@@ -439,11 +660,102 @@ export interface components {
             complete: boolean;
         };
         /**
+         * PendingView
+         * @description Why a job waits: structured, and in plain words.
+         */
+        PendingView: {
+            /**
+             * Code
+             * @description Queued | QuotaExhausted | PoolLent | CapacityFull | Preempting | NeverFits | NoFlavor
+             */
+            code: string;
+            /** Message */
+            message: string;
+            /**
+             * Position
+             * @description 1 = next in its ClusterQueue.
+             */
+            position: number;
+            /** Flavor */
+            flavor?: string | null;
+            /**
+             * Needs
+             * @description GPUs the job needs.
+             * @default 0
+             */
+            needs: number;
+            /**
+             * Available
+             * @description GPUs it could get now.
+             * @default 0
+             */
+            available: number;
+            /** Ahead */
+            ahead?: components["schemas"]["AheadView"][];
+            /**
+             * Estimated Start
+             * @description If every holder runs to its time limit; null: unknown.
+             */
+            estimated_start?: string | null;
+        };
+        /**
          * Phase
          * @description Where a job is in its life. Terminal phases never change again.
          * @enum {string}
          */
         Phase: "PENDING" | "ADMITTED" | "STARTING" | "RUNNING" | "RECOVERING" | "SUCCEEDED" | "FAILED" | "CANCELLED";
+        /**
+         * QueueUsage
+         * @description One ClusterQueue's quota and what it uses, as its desk and admins see it.
+         */
+        QueueUsage: {
+            /** Cluster Queue */
+            cluster_queue: string;
+            /** Cohort */
+            cohort: string | null;
+            /** Weight */
+            weight: number;
+            /** Flavors */
+            flavors: components["schemas"]["FlavorUsage"][];
+            /** Pending Jobs */
+            pending_jobs: number;
+            /**
+             * Pending Gpus
+             * @description GPUs wanted by its waiting jobs.
+             */
+            pending_gpus: number;
+            /**
+             * Recent Gpus
+             * @description Average GPUs over the fair-share half-life (decayed history).
+             */
+            recent_gpus: number;
+            /**
+             * Gpu Hours
+             * @description GPU-hours used by its jobs so far.
+             */
+            gpu_hours: number;
+        };
+        /**
+         * QuotaUpdate
+         * @description New quota of one cluster queue on one flavor.
+         */
+        QuotaUpdate: {
+            /**
+             * Nominal
+             * @description GPUs guaranteed to this queue.
+             */
+            nominal: number;
+            /**
+             * Borrowing Limit
+             * @description Most GPUs it may borrow; absent: no limit.
+             */
+            borrowing_limit?: number | null;
+            /**
+             * Lending Limit
+             * @description Most of its nominal GPUs others may borrow; absent: all.
+             */
+            lending_limit?: number | null;
+        };
         /** RenderView */
         RenderView: {
             /** Backend */
@@ -484,6 +796,24 @@ export interface components {
         SubmitRequest: {
             spec: components["schemas"]["JobSpec"];
         };
+        /** TenancyView */
+        TenancyView: {
+            /**
+             * Tenancy
+             * @description The document in force: flavors, cohorts, cluster_queues, tenants, priority_classes (the shape of config/tenants.yaml).
+             */
+            tenancy: {
+                [key: string]: unknown;
+            };
+            /** Flavors */
+            flavors: components["schemas"]["FlavorCapacity"][];
+            /** Usage */
+            usage: components["schemas"]["QueueUsage"][];
+            /** Fair Share Half Life S */
+            fair_share_half_life_s: number;
+            /** Preemption Grace S */
+            preemption_grace_s: number;
+        };
         /** ValidationError */
         ValidationError: {
             /** Location */
@@ -496,6 +826,11 @@ export interface components {
             input?: unknown;
             /** Context */
             ctx?: Record<string, never>;
+        };
+        /** WeightUpdate */
+        WeightUpdate: {
+            /** Weight */
+            weight: number;
         };
         /** WhoAmI */
         WhoAmI: {
@@ -557,6 +892,26 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WhoAmI"];
+                };
+            };
+        };
+    };
+    desk_quota_api_quota_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QueueUsage"][];
                 };
             };
         };
@@ -894,6 +1249,163 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RenderView"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    tenancy_view_api_admin_tenancy_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenancyView"];
+                };
+            };
+        };
+    };
+    set_quota_api_admin_cluster_queues__name__quotas__flavor__put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+                flavor: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuotaUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenancyView"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    set_queue_weight_api_admin_cluster_queues__name__weight_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WeightUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenancyView"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    set_cohort_weight_api_admin_cohorts__name__weight_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WeightUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenancyView"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    audit_api_admin_audit_get: {
+        parameters: {
+            query?: {
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditView"][];
                 };
             };
             /** @description Validation Error */
