@@ -36,6 +36,10 @@ c.ConfigurableHTTPProxy.api_url = os.environ.get("CELLSCALE_PROXY_API_URL", "htt
 # Demo sign-in: every listed user shares one password (documented in the README).
 c.JupyterHub.authenticator_class = "shared-password"
 c.SharedPasswordAuthenticator.user_password = os.environ.get("CELLSCALE_DEMO_PASSWORD", "cellscale-demo")
+# Hub admins (the admin page) sign in only with the admin password: JupyterHub wants 32+
+# characters, different from the users' password; without one, `admin` could never sign in.
+c.SharedPasswordAuthenticator.admin_password = os.environ.get("CELLSCALE_DEMO_ADMIN_PASSWORD",
+                                                              "cellscale-demo-admin-password-for-local-use")
 c.Authenticator.allowed_users = {user for users in DESKS.values() for user in users} | {"dave"}
 c.Authenticator.admin_users = {"admin"}
 c.JupyterHub.load_groups = {desk: {"users": users} for desk, users in DESKS.items()}

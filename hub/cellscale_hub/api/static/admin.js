@@ -5,9 +5,20 @@ const PREFIX = document.body.dataset.prefix;
 const api = (path, options = {}) =>
   fetch(`${PREFIX}/api/admin/${path}`, { credentials: "same-origin", ...options }).then(async (r) => {
     const body = await r.json().catch(() => ({}));
-    if (!r.ok) throw new Error(body.detail || `${r.status} ${r.statusText}`);
+    if (!r.ok) throw new Error(explain(body.detail) || `${r.status} ${r.statusText}`);
     return body;
   });
+
+// An error's detail: our own refusals are a string; FastAPI's request validation (a body
+// that doesn't parse as a quota, e.g. a lending limit above nominal) is a list of errors.
+function explain(detail) {
+  if (!Array.isArray(detail)) return detail ? String(detail) : "";
+  return detail.map((e) => {
+    const where = (e.loc || []).filter((part) => part !== "body").join(".");
+    const message = String(e.msg || "invalid").replace(/^Value error, /, "");
+    return where ? `${where}: ${message}` : message;
+  }).join("; ");
+}
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -44,6 +55,7 @@ function bar(used, nominal, borrowed, scale) {
     Object.entries({ x, y: 0, width: Math.max(0, w), height, fill }).forEach(([k, v]) => r.setAttribute(k, v));
     svg.append(r);
   };
+  rect(0, width, "var(--bar-track)");
   rect(0, px(nominal), "var(--bar-nominal)");
   rect(0, px(used - borrowed), "var(--bar-used)");
   rect(px(used - borrowed), px(borrowed), "var(--bar-borrowed)");
@@ -65,7 +77,7 @@ async function save(path, body, what) {
 function weightEditor(kind, name, weight) {
   const input = el("input", { type: "number", min: "0.01", step: "0.1", value: String(weight),
     "aria-label": `weight of ${name}` });
-  const button = el("button", { type: "button", text: "set weight",
+  const button = el("button", { type: "button", text: "set weight", "aria-label": `set weight of ${name}`,
     onclick: () => save(`${kind}/${encodeURIComponent(name)}/weight`, { weight: Number(input.value) }, `weight of ${name}`) });
   return el("span", {}, " weight ", input, " ", button);
 }
@@ -94,7 +106,11 @@ function renderTree(doc) {
 
 function renderQuotas(view) {
   const rows = [];
-  const scale = Math.max(1, ...view.flavors.map((f) => f.capacity_gpus || f.nominal_total));
+  // each flavor is its own pool of GPUs: its bars share a scale (its capacity), not the largest pool's
+  const scale = {};
+  for (const f of view.flavors) scale[f.flavor] = Math.max(1, f.capacity_gpus || f.nominal_total);
+  for (const usage of view.usage)
+    for (const f of usage.flavors) scale[f.flavor] = Math.max(scale[f.flavor] || 1, f.nominal, f.used);
   for (const usage of view.usage) {
     for (const f of usage.flavors) {
       const nominal = numberInput(`nominal ${usage.cluster_queue} ${f.flavor}`, f.nominal, false);
@@ -102,13 +118,14 @@ function renderQuotas(view) {
       const lending = numberInput(`lending limit ${usage.cluster_queue} ${f.flavor}`, f.lending_limit, true);
       const value = (input) => (input.value === "" ? null : Number(input.value));
       const button = el("button", { type: "button", text: "save",
+        "aria-label": `save ${usage.cluster_queue} ${f.flavor} quota`,
         onclick: () => save(`cluster-queues/${encodeURIComponent(usage.cluster_queue)}/quotas/${encodeURIComponent(f.flavor)}`,
           { nominal: value(nominal), borrowing_limit: value(borrowing), lending_limit: value(lending) },
           `${usage.cluster_queue} ${f.flavor} quota`) });
       rows.push(el("tr", { "data-queue": usage.cluster_queue, "data-flavor": f.flavor },
         el("td", { text: usage.cluster_queue }), el("td", { text: `${f.flavor} (${f.backend})` }),
         el("td", {}, nominal), el("td", {}, borrowing), el("td", {}, lending), el("td", {}, button),
-        el("td", {}, bar(f.used, f.nominal, f.borrowed, scale), el("span", { class: "used", text: `${f.used} / ${f.nominal}` })),
+        el("td", {}, bar(f.used, f.nominal, f.borrowed, scale[f.flavor]), el("span", { class: "used", text: `${f.used} / ${f.nominal}` })),
         el("td", { class: "borrowed", text: String(f.borrowed) }),
         el("td", { class: "pending", text: `${usage.pending_jobs} jobs, ${usage.pending_gpus} GPUs` }),
         el("td", { text: usage.recent_gpus.toFixed(2) }), el("td", { text: usage.gpu_hours.toFixed(2) })));
@@ -121,16 +138,33 @@ function renderQuotas(view) {
     el("td", { text: String(f.nominal_total) }))));
 }
 
-function renderAudit(events) {
-  const json = (v) => (v === null ? "" : JSON.stringify(v.value !== undefined && Object.keys(v).length === 1 ? v.value : v));
-  document.getElementById("audit").replaceChildren(...events.map((e) => el("tr", {},
-    el("td", { text: new Date(e.at).toLocaleString() }), el("td", { text: e.actor }),
-    el("td", { text: `${e.action} ${e.target}` }), el("td", { text: json(e.before) }), el("td", { text: json(e.after) }))));
+// A value in the audit log: short ones inline; a long one (a whole tenancy document, as the
+// seed records) folded, so that it neither widens the table nor buries the rows below it.
+function auditValue(v) {
+  if (v === null) return el("td");
+  const value = v.value !== undefined && Object.keys(v).length === 1 ? v.value : v;
+  const text = JSON.stringify(value);
+  if (text.length <= 160) return el("td", { class: "json", text });
+  const keys = value && typeof value === "object" ? Object.keys(value).join(", ") : "";
+  return el("td", { class: "json" }, el("details", {}, el("summary", { text: `{${keys}} (${text.length} characters)` }),
+    el("pre", { text: JSON.stringify(value, null, 2) })));
 }
 
-async function load() {
+function renderAudit(events) {
+  document.getElementById("audit").replaceChildren(...events.map((e) => el("tr", {},
+    el("td", { text: new Date(e.at).toLocaleString() }), el("td", { text: e.actor }),
+    el("td", { text: `${e.action} ${e.target}` }), auditValue(e.before), auditValue(e.after))));
+}
+
+// The periodic refresh re-renders every input: skip it while an edit is in progress (an
+// input has focus or holds a value not saved yet), also when the edit began during the fetch.
+const editing = () => (document.activeElement && document.activeElement.tagName === "INPUT") ||
+  [...document.querySelectorAll("input")].some((input) => input.value !== input.defaultValue);
+
+async function load({ refresh = false } = {}) {
   try {
     const [view, events] = await Promise.all([api("tenancy"), api("audit?limit=100")]);
+    if (refresh && editing()) return;
     document.getElementById("settings").textContent =
       `fair-share half-life ${view.fair_share_half_life_s} s · preemption grace ${view.preemption_grace_s} s`;
     renderTree(view.tenancy);
@@ -142,4 +176,4 @@ async function load() {
 }
 
 load();
-setInterval(() => { if (!document.activeElement || document.activeElement.tagName !== "INPUT") load(); }, 10000);
+setInterval(() => { if (!editing()) load({ refresh: true }); }, 10000);

@@ -1,0 +1,252 @@
+"""The admin page in a real browser (Debian's Chromium through Playwright), through the real
+hub: OAuth sign-in, the cohort tree, flavors, quotas with usage bars, the audit log, refused
+and accepted quota edits, no console errors, and a 403 for a user who is not a hub admin.
+
+Screenshots go to $CELLSCALE_ARTIFACTS (default test-artifacts/ at the repo root). The quotas
+this test edits are put back exactly as they were, even when it fails."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import ROOT, Hub, api
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = Path("/usr/bin/chromium")
+PASSWORD = os.environ.get("CELLSCALE_DEMO_PASSWORD", "cellscale-demo")
+# the hub admin signs in only with the admin password (config/jupyterhub_config.py)
+ADMIN_PASSWORD = os.environ.get("CELLSCALE_DEMO_ADMIN_PASSWORD", "cellscale-demo-admin-password-for-local-use")
+ARTIFACTS = Path(os.environ.get("CELLSCALE_ARTIFACTS", ROOT / "test-artifacts"))
+ADMIN_PATH = "/services/cellscale/admin"
+
+try:
+    from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+except ImportError:  # pragma: no cover - reported by the fixture below
+    sync_playwright = None
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium (never `playwright install`: it downloads a browser of its own)."""
+    missing = "playwright (the test extra)" if sync_playwright is None else \
+        "Debian's chromium (scripts/test installs it)" if not CHROMIUM.exists() else None
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"the browser test needs {missing}")
+        pytest.skip(f"the browser test needs {missing}")
+    expect.set_options(timeout=20_000)  # two shared cores: the OAuth round trip can be slow
+    with sync_playwright() as p:
+        # root has no user namespaces for Chromium's sandbox
+        the_browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"])
+        yield the_browser
+        the_browser.close()
+
+
+def sign_in_through_hub(page: Page, hub: Hub, user: str, password: str) -> None:
+    """Open the admin page without a session: the service sends the browser to hub OAuth,
+    the hub to its login form; after sign-in the hub sends it back through the callback."""
+    page.goto(f"{hub.url}{ADMIN_PATH}")
+    expect(page).to_have_url(re.compile(r"/hub/login\?next="))
+    page.get_by_label("Username:", exact=True).fill(user)
+    page.get_by_label("Password:", exact=True).fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    authorize = page.get_by_role("button", name="Authorize")  # only if the hub asks to confirm the client
+    back = re.compile(re.escape(f"{hub.url}{ADMIN_PATH}") + "$")
+    page.wait_for_url(lambda url: bool(back.search(url)) or "/hub/api/oauth2/authorize" in url, wait_until="commit")
+    if "/hub/api/oauth2/authorize" in page.url:
+        authorize.click()
+    expect(page).to_have_url(back)
+
+
+@pytest.fixture
+def admin_api(hub, token):
+    with api(hub, token("admin")) as client:
+        yield client
+
+
+@pytest.fixture
+def quotas_restored(admin_api):
+    """Every cluster queue's quotas as they were before the test (other tests rely on the
+    seeded ones, config/tenants.yaml), restored afterwards whatever happened."""
+    def quotas() -> dict[tuple[str, str], dict]:
+        queues = admin_api.get("admin/tenancy").raise_for_status().json()["tenancy"]["cluster_queues"]
+        return {(cq, flavor): q for cq, spec in queues.items() for flavor, q in spec["quotas"].items()}
+
+    before = quotas()
+    yield before
+    now = quotas()
+    changed = [(key, q) for key, q in before.items() if now[key] != q]
+    # lower nominal quotas first: the flavors' capacity check applies to every intermediate state
+    changed.sort(key=lambda item: item[1]["nominal"] - now[item[0]]["nominal"])
+    for (cq, flavor), q in changed:
+        admin_api.put(f"admin/cluster-queues/{cq}/quotas/{flavor}", json=q).raise_for_status()
+    assert quotas() == before
+
+
+def test_admin_page_in_a_browser(hub, browser: Browser, admin_api, quotas_restored):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "admin-page-failed.png").unlink(missing_ok=True)
+    assert quotas_restored[("desk-a", "local")] == {"nominal": 2, "borrowing_limit": None, "lending_limit": None}
+    assert quotas_restored[("desk-b", "local")]["nominal"] == 2
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="light")
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    console: list[ConsoleMessage] = []
+    errors: list[str] = []
+    page.on("console", lambda m: console.append(m) if m.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
+    try:
+        sign_in_through_hub(page, hub, "admin", ADMIN_PASSWORD)
+        _check_page(page, admin_api)
+        refused = _refused_edits(page, admin_api)
+        page.screenshot(path=ARTIFACTS / "admin-page-refused.png", full_page=True)
+        _accepted_edits(page, admin_api)
+        page.screenshot(path=ARTIFACTS / "admin-page.png", full_page=True)
+        page.emulate_media(color_scheme="dark")
+        page.screenshot(path=ARTIFACTS / "admin-page-dark.png", full_page=True)
+        # nothing (a long audit value, the whole seeded document) widens the page past the window
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+        # Chromium logs every non-2xx fetch; the refused PUTs above are the only ones expected
+        errors += [f"{m.text} ({m.location.get('url')})" for m in console
+                   if not (m.text.startswith("Failed to load resource") and "422" in m.text
+                           and m.location.get("url") in refused)]
+        assert errors == [], errors
+    except BaseException:
+        page.screenshot(path=ARTIFACTS / "admin-page-failed.png", full_page=True)
+        raise
+    finally:
+        context.close()
+
+
+def _row(page: Page, queue: str, flavor: str):
+    return page.get_by_role("table", name="Quotas and usage").locator(f'tr[data-queue="{queue}"][data-flavor="{flavor}"]')
+
+
+def _check_page(page: Page, admin_api) -> None:
+    view = admin_api.get("admin/tenancy").raise_for_status().json()
+    expect(page.get_by_role("heading", name="cellscale admin")).to_be_visible()
+    expect(page.get_by_text(re.compile(r"fair-share half-life .* s · preemption grace .* s"))).to_be_visible()
+
+    # the cohort tree: firm > trading > the two desks' cluster queues, with their tenants
+    trading = page.locator('[data-node="cohort:firm"] [data-node="cohort:trading"]')
+    for desk in ("desk-a", "desk-b"):
+        queue = trading.locator(f'[data-node="cq:{desk}"]')
+        expect(queue).to_contain_text(f"cluster queue {desk}")
+        expect(queue).to_contain_text(f"tenants: {desk}/default")
+        expect(queue.get_by_label(f"weight of {desk}", exact=True)).to_have_value("1")
+    expect(page.get_by_text("cohort firm", exact=True)).to_be_visible()
+
+    # flavors: what the API says, row by row
+    flavors = page.get_by_role("table", name="Flavors").locator("tbody tr")
+    expect(flavors).to_have_count(len(view["flavors"]))
+    for row, f in zip(flavors.all(), view["flavors"]):
+        expect(row.locator("td")).to_have_text([f["flavor"], f["backend"], str(f["capacity_gpus"] or "backend not configured"),
+                                                str(f["nominal_total"])])
+    local = next(f for f in view["flavors"] if f["flavor"] == "local")
+    assert (local["capacity_gpus"], local["nominal_total"]) == (4, 4)
+
+    # quotas: inputs with the numbers in force, and a usage bar described for screen readers
+    for usage in view["usage"]:
+        for f in usage["flavors"]:
+            row = _row(page, usage["cluster_queue"], f["flavor"])
+            name = f"{usage['cluster_queue']} {f['flavor']}"
+            expect(row.get_by_label(f"nominal {name}", exact=True)).to_have_value(str(f["nominal"]))
+            expect(row.get_by_label(f"borrowing limit {name}", exact=True)).to_have_value(
+                "" if f["borrowing_limit"] is None else str(f["borrowing_limit"]))
+            expect(row.get_by_role("img")).to_have_attribute(
+                "aria-label", f"{f['used']} used of {f['nominal']} nominal, {f['borrowed']} borrowed")
+            expect(row.locator(".used")).to_have_text(f"{f['used']} / {f['nominal']}")
+    expect(page.get_by_role("table", name="Audit log")).to_be_visible()
+    expect(page.get_by_role("alert")).to_be_hidden()
+
+
+def _audit(admin_api) -> list[dict]:
+    return admin_api.get("admin/audit").raise_for_status().json()
+
+
+def _refused_edits(page: Page, admin_api) -> set[str]:
+    """Invalid quotas are refused with an explanation in an alert, and nothing is stored."""
+    audit = _audit(admin_api)
+    audit_rows = page.get_by_role("table", name="Audit log").locator("tbody tr")
+    first_row = audit_rows.first.text_content() if audit else None
+    row = _row(page, "desk-a", "local")
+    save = page.get_by_role("button", name="save desk-a local quota")
+    refused = set()
+    for fields, words in (({"lending limit": "3"}, "lending_limit 3 exceeds nominal 2"),
+                          ({"lending limit": "", "nominal": "5"}, "would sum to 7 GPUs, more than its backend local has (4)")):
+        for field, value in fields.items():
+            row.get_by_label(f"{field} desk-a local", exact=True).fill(value)
+        with page.expect_response(lambda r: r.request.method == "PUT") as put:
+            save.click()
+        assert put.value.status == 422
+        refused.add(put.value.url)
+        alert = page.get_by_role("alert")
+        expect(alert).to_be_visible()
+        expect(alert).to_contain_text("not saved (desk-a local quota)")
+        expect(alert).to_contain_text(words)
+        expect(page.get_by_role("status")).to_be_hidden()
+    assert _audit(admin_api) == audit
+    expect(audit_rows).to_have_count(len(audit))
+    if first_row is not None:
+        expect(audit_rows.first).to_have_text(first_row)
+    return refused
+
+
+def _accepted_edits(page: Page, admin_api) -> None:
+    """Lower desk-b's local nominal to 1, which frees a GPU for desk-a: nominal 3, borrowing 1."""
+    notice, alert = page.get_by_role("status"), page.get_by_role("alert")
+    _row(page, "desk-b", "local").get_by_label("nominal desk-b local", exact=True).fill("1")
+    page.get_by_role("button", name="save desk-b local quota").click()
+    expect(notice).to_have_text("saved: desk-b local quota")
+    expect(alert).to_be_hidden()
+    expect(_row(page, "desk-b", "local").get_by_label("nominal desk-b local", exact=True)).to_have_value("1")
+
+    row = _row(page, "desk-a", "local")
+    expect(row.get_by_label("nominal desk-a local", exact=True)).to_have_value("2")  # the refused edits are gone
+    row.get_by_label("nominal desk-a local", exact=True).fill("3")
+    row.get_by_label("borrowing limit desk-a local", exact=True).fill("1")
+    page.get_by_role("button", name="save desk-a local quota").click()
+    expect(notice).to_have_text("saved: desk-a local quota")
+    expect(alert).to_be_hidden()
+
+    latest = _audit(admin_api)[0]
+    assert (latest["actor"], latest["action"], latest["target"]) == ("admin", "set-quota", "cluster_queues/desk-a/quotas/local")
+    assert latest["after"] == {"nominal": 3, "borrowing_limit": 1, "lending_limit": None}
+
+    page.reload()  # what the page shows now is what is stored
+    row = _row(page, "desk-a", "local")
+    expect(row.get_by_label("nominal desk-a local", exact=True)).to_have_value("3")
+    expect(row.get_by_label("borrowing limit desk-a local", exact=True)).to_have_value("1")
+    expect(row.get_by_label("lending limit desk-a local", exact=True)).to_have_value("")
+    expect(row.get_by_role("img")).to_have_attribute("aria-label", re.compile(r"^\d+ used of 3 nominal, \d+ borrowed$"))
+    local = page.get_by_role("table", name="Flavors").locator("tbody tr").filter(has_text=re.compile("^local"))
+    expect(local.locator("td").last).to_have_text("4")
+
+    first = page.get_by_role("table", name="Audit log").locator("tbody tr").first.locator("td")
+    expect(first.nth(1)).to_have_text("admin")
+    expect(first.nth(2)).to_have_text("set-quota cluster_queues/desk-a/quotas/local")
+    expect(first.nth(3)).to_have_text('{"nominal":2,"borrowing_limit":null,"lending_limit":null}')
+    expect(first.nth(4)).to_have_text('{"nominal":3,"borrowing_limit":1,"lending_limit":null}')
+    second = page.get_by_role("table", name="Audit log").locator("tbody tr").nth(1).locator("td")
+    expect(second.nth(2)).to_have_text("set-quota cluster_queues/desk-b/quotas/local")
+
+
+def test_a_user_who_is_not_a_hub_admin_gets_403(hub, browser: Browser):
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        with page.expect_response(lambda r: r.url == f"{hub.url}{ADMIN_PATH}" and r.status != 302) as final:
+            sign_in_through_hub(page, hub, "alice", PASSWORD)
+        assert final.value.status == 403
+        expect(page.get_by_role("heading", name="403")).to_be_visible()
+        expect(page.get_by_text("for hub admins")).to_be_visible()
+        # the session cookie works for the API too, and the API refuses her as well
+        assert page.request.get(f"{hub.url}/services/cellscale/api/admin/tenancy").status == 403
+    finally:
+        context.close()
