@@ -48,6 +48,7 @@ class Controller:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._cancel_sent: set[tuple[str, int]] = set()
+        self._mirrored: dict[str, int] = {}  # backend -> tenancy revision it last accepted
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -77,7 +78,7 @@ class Controller:
     # -- one cycle -------------------------------------------------------------------------
     def cycle(self) -> None:
         for name, driver in self.drivers.items():
-            for step in (self.send_cancels, self.reconcile):
+            for step in (self.mirror_tenancy, self.send_cancels, self.reconcile):
                 self._isolated(step, name, driver)
         try:
             launches = self.admit()
@@ -102,6 +103,14 @@ class Controller:
             owner=job.owner, tenant=job.tenant,
         )
 
+    def mirror_tenancy(self, backend: str, driver: Driver) -> None:
+        """Tell the backend's own scheduler about quotas and shares, once per tenancy change
+        (retried each cycle until the backend accepts it)."""
+        revision = self.tenancy.revision
+        if self._mirrored.get(backend) != revision:
+            driver.apply_tenancy(self.tenancy.current)
+            self._mirrored[backend] = revision
+
     # -- admission ---------------------------------------------------------------------------
     def capacities(self, tenancy: Tenancy) -> dict[str, int]:
         """Physical GPUs per flavor: its backend's capacity (a backend that does not answer has none)."""
@@ -117,6 +126,8 @@ class Controller:
         tenancy = self.tenancy.current
         now = utcnow()
         with self.store.session() as session:
+            if not q.has_pending(session):
+                return []
             snap = quota.snapshot(session, tenancy, self.capacities(tenancy), now, self.fair_share_half_life_s)
         if not snap.pending:
             return []
@@ -259,9 +270,10 @@ class Controller:
     def _end_attempt(self, session, job: Job, attempt: Attempt, obs: Observation) -> None:
         attempt.state, attempt.exit_code, attempt.end_reason = obs.state.value, obs.exit_code, obs.reason
         attempt.ended_at = utcnow()
-        q.add_event(session, job, kind="attempt", attempt=attempt.number, reason=obs.state.value.title(),
-                    message=obs.reason)
-        if job.preempt_deadline is not None and not job.cancel_requested and obs.state is not AttemptState.SUCCEEDED:
+        preempted = job.preempt_deadline is not None and not job.cancel_requested and obs.state is not AttemptState.SUCCEEDED
+        q.add_event(session, job, kind="attempt", attempt=attempt.number,
+                    reason="Preempted" if preempted else obs.state.value.title(), message=obs.reason)
+        if preempted:
             self._requeue_preempted(session, job, attempt)
             return
         outcome = outcome_of(obs.state, obs.reason, job.cancel_requested)

@@ -24,7 +24,37 @@ def status_line(job: JobView) -> str:
              f"attempt {len(job.attempts) or '-'}", f"{gpus} GPU{'s' * (gpus != 1)} on {job.backend}"]
     if job.reason and (not job.phase.terminal or job.phase is Phase.FAILED):
         parts.append(job.reason or "")
+    if job.pending and job.pending.estimated_start:
+        parts.append(f"estimated start {_clock(job.pending.estimated_start)}")
+    if job.preempting:
+        parts.append("being preempted: checkpoint now")
     return " · ".join(p for p in parts if p)
+
+
+def describe(job: JobView) -> str:
+    """`%cluster status ID`: the status line, then where it queues, why it waits, and each
+    attempt with its end reason."""
+    lines = [status_line(job)]
+    where = f"queue {job.queue} → cluster queue {job.cluster_queue or '?'}, priority {job.priority}"
+    if job.flavor:
+        where += f", admitted on {job.flavor}" + (f" ({job.borrowed} GPUs borrowed)" if job.borrowed else "")
+    lines.append(f"  {where}")
+    if job.pending:
+        p = job.pending
+        lines.append(f"  why pending: {p.message}")
+        lines.append(f"  position {p.position} in its queue; needs {p.needs} GPUs, {p.available} free to it")
+        lines.extend(f"    ahead: {a.job_id} ({a.cluster_queue}, {a.gpus} GPUs, {a.why})" for a in p.ahead[:5])
+        if p.estimated_start:
+            lines.append(f"  estimated start: {_clock(p.estimated_start)} (if the jobs ahead run to their time limits)")
+    for a in job.attempts:
+        end = f": {a.end_reason}" if a.end_reason else ""
+        lines.append(f"  attempt {a.number} on {a.backend}: {a.state.value.lower()}{end}")
+    return "\n".join(lines)
+
+
+def _clock(at: datetime) -> str:
+    minutes = max(0, round((at - datetime.now(timezone.utc)).total_seconds() / 60))
+    return f"{at.astimezone().strftime('%H:%M')} (in {minutes} min)"
 
 
 class TextView:

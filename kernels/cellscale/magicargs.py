@@ -28,6 +28,7 @@ class MagicArgs(BaseModel):
     launcher: Launcher = Launcher.torchrun
     backend: str | None = None
     queue: str | None = None
+    priority: str | None = None
     name: str = "cell"
     time: int = 60
     switches: int | None = None
@@ -60,7 +61,7 @@ class MagicArgs(BaseModel):
         try:
             return JobSpec(
                 name=self.name, launcher=self.launcher, resources=self.resources(), queue=self.queue,
-                backend=self.backend, env=self.env, source=source, input_names=self.inputs,
+                backend=self.backend, priority=self.priority, env=self.env, source=source, input_names=self.inputs,
                 inputs_sha256=inputs_sha256, outputs=self.outputs,
             )
         except ValidationError as exc:
@@ -80,6 +81,7 @@ def _parser() -> _Parser:
     p.add_argument("--launcher", choices=[launcher.value for launcher in Launcher])
     p.add_argument("--backend")
     p.add_argument("--queue")
+    p.add_argument("--priority", help="priority class: low, normal (default), high")
     p.add_argument("--name")
     p.add_argument("--time", type=int, help="minutes")
     p.add_argument("--switches", type=int, help="most leaf switches the nodes may span")

@@ -17,7 +17,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from cellscale.bundle import InputError, pack_inputs
 from cellscale.client import RETRYABLE, ApiError, Client
-from cellscale.display import make_view, status_line
+from cellscale.display import describe, make_view, status_line
 from cellscale.magicargs import MagicUsageError, parse_line, usage
 from cellscale.spec import JobView, Phase
 
@@ -172,11 +172,7 @@ class ClusterMagics(Magics):
         raise MagicUsageError(f"unknown %cluster command {verb!r}: use list, status, attach, logs or cancel")
 
     def _print_status(self, job_id: str) -> None:
-        job = self.client.get(job_id)
-        print(status_line(job))
-        for attempt in job.attempts:
-            end = f", ended {attempt.state.value.lower()}: {attempt.end_reason}" if attempt.ended_at else ""
-            print(f"  attempt {attempt.number} on {attempt.backend} GPUs {attempt.gpu_ids}{end}")
+        print(describe(self.client.get(job_id)))
         for event in self.client.events(job_id)[-10:]:
             change = f"{event.from_phase or ''} → {event.to_phase}" if event.to_phase else event.kind
             print(f"  {event.at:%H:%M:%S} {change} {event.reason or ''} {event.message or ''}".rstrip())

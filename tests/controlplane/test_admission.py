@@ -90,7 +90,7 @@ def test_reclaim_warns_the_borrower_which_checkpoints_requeues_and_resumes(plane
     result = plane.http.get(f"/api/jobs/{borrower['id']}/result", headers=plane.as_("alice"))
     assert cloudpickle.loads(result.content) == {"total": 820}  # the same as an uninterrupted run
     first, second = finished["attempts"][:2]
-    assert first["end_reason"].startswith("preempted: preempted to return") and "desk-b" in first["end_reason"]
+    assert first["end_reason"].startswith("preempted: reclaimed by desk-b: desk-a was borrowing 2 local GPU(s) (this job held 4)")
     log = plane.http.get(f"/api/jobs/{borrower['id']}/logs", headers=plane.as_("alice")).json()["text"]
     stopped_at = int(log.split("checkpointed at step ")[1].split()[0])
     assert f"attempt 2 starts at step {stopped_at}" in log and 0 < stopped_at < 40

@@ -141,7 +141,7 @@ def test_reclaim_takes_back_lent_gpus_losing_least_work():
     decision = run(TWO_DESKS, [pend("b1", "b", 2)], holders)
     assert admitted(decision) == []
     assert [p.job_id for p in decision.preempt] == ["new-ckpt"]
-    assert "borrowed" in decision.preempt[0].reason
+    assert decision.preempt[0].reason.startswith("reclaimed by b: a was borrowing 2 gpu GPU(s) (this job held 2)")
     assert decision.pending["b1"].code == "Preempting"
 
 

@@ -106,3 +106,32 @@ def test_an_unsettled_accounting_record_is_unknown_not_final(tmp_path):
     assert driver._observe(attempt, early).state.value == "UNKNOWN"
     never_ran = {"state": {"current": "CANCELLED"}, "allocation_nodes": 0, "nodes": "None assigned"}
     assert driver._observe(attempt, never_ran).state.value == "CANCELLED"
+
+
+def test_account_limits_mirror_quota_ceiling_and_entitled_share():
+    from cellscale_hub.drivers.slurm import account_limits
+    from cellscale_hub.tenancy import Tenancy
+
+    tenancy = Tenancy.model_validate({
+        "flavors": {"slurm": {"backend": "slurm"}, "local": {"backend": "local"}},
+        "cohorts": {"firm": {}, "trading": {"parent": "firm", "weight": 3}, "research": {"parent": "firm"}},
+        "cluster_queues": {
+            "desk-a": {"cohort": "trading", "quotas": {"slurm": {"nominal": 16, "borrowing_limit": 4}}},
+            "desk-b": {"cohort": "trading", "quotas": {"slurm": {"nominal": 8}, "local": {"nominal": 2}}},
+            "lab": {"cohort": "research", "quotas": {"slurm": {"nominal": 8, "lending_limit": 0}}},
+            "laptop": {"quotas": {"local": {"nominal": 4}}},
+        },
+        "tenants": {
+            "desk-a": {"queues": {"default": {"cluster_queue": "desk-a"}}},
+            "desk-b": {"queues": {"default": {"cluster_queue": "desk-b"}}},
+            "lab": {"queues": {"default": {"cluster_queue": "lab"}}},
+            "Laptop": {"queues": {"default": {"cluster_queue": "laptop"}}},
+        },
+    })
+    # the root has two children (cohort firm, queue laptop): firm is entitled to 1/2, trading
+    # to 3/4 of that, each desk to half of trading: 0.1875 of the fleet; lab 1/2 · 1/4
+    assert account_limits(tenancy, "slurm", cluster_gpus=32) == {
+        "desk-a": (20, 188),  # 16 + its borrowing limit 4
+        "desk-b": (24, 188),  # 8 + what desk-a may lend (16); lab lends nothing
+        "lab": (32, 125),     # 8 + 16 + 8 = 32, the whole cluster
+    }  # Laptop is no Slurm account name and has no Slurm quota

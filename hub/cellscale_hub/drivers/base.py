@@ -13,7 +13,9 @@ Subclass `Driver` and override:
 - `warn(ref)`: deliver the preemption warning (SIGUSR1 to each node's supervisor, which
   tells the ranks); the controller cancels the attempt when the grace period ends.
 
-and, when the backend places jobs itself rather than against a declared capacity,
+Override `apply_tenancy(tenancy)` when the backend has a scheduler of its own that must agree
+with cellscale's quotas and fair share (Slurm: account limits and shares). And, when the
+backend places jobs itself rather than against a declared capacity,
 `place(...)`. Drivers hold no durable state: everything they need after a restart of the
 control plane is in the `AttemptRef` (from the store) and the job directory.
 """
@@ -30,6 +32,7 @@ from traitlets.config import LoggingConfigurable
 from cellscale.runtime.jobdir import JobDir, LaunchPlan
 from cellscale.spec import AttemptState, BackendView, JobSpec
 from cellscale_hub import plans
+from cellscale_hub.tenancy import Tenancy
 
 
 class SpecRejected(ValueError):
@@ -122,3 +125,7 @@ class Driver(LoggingConfigurable):
 
     def warn(self, ref: AttemptRef) -> None:
         raise NotImplementedError("Override in subclass.")
+
+    def apply_tenancy(self, tenancy: Tenancy) -> None:
+        """Mirror quotas and fair share into the backend's own scheduler; nothing to do for a
+        backend that only runs what cellscale admits."""

@@ -24,6 +24,8 @@ from traitlets import Float, Integer, List, Unicode, default
 from cellscale.spec import AttemptState, BackendView, JobSpec, Launcher
 from cellscale_hub import proc
 from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected
+from cellscale_hub.scheduling.fairshare import FairTree
+from cellscale_hub.tenancy import Tenancy
 from cellscale.runtime.jobdir import LaunchPlan
 
 SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -253,10 +255,51 @@ class SlurmDriver(Driver):
         if ref.backend_ref:
             self._run([*self._as_user(ref.owner), "scancel", ref.backend_ref])
 
+    # -- living with Slurm's own scheduler ------------------------------------------------------
+    def apply_tenancy(self, tenancy: Tenancy) -> None:
+        """Mirror each desk's quota and fair share onto its Slurm account (see
+        `account_limits`); accounts Slurm does not know are left to the Slurm admin."""
+        cluster_gpus = self.capacity().capacity_gpus
+        known = set(self._run(["sacctmgr", "-n", "-P", "show", "account", "format=account"]).split())
+        for account, (gpus, shares) in account_limits(tenancy, self.name, cluster_gpus).items():
+            if account not in known:
+                self.log.warning("Slurm has no account %s: its quota is not mirrored", account)
+                continue
+            self._run(["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
+                       f"GrpTRES=gres/gpu={gpus}", f"Fairshare={shares}"])
+
     def warn(self, ref: AttemptRef) -> None:
         """SIGUSR1 to every step's tasks (the supervisors), not to the batch shell."""
         if ref.backend_ref:
             self._run([*self._as_user(ref.owner), "scancel", "--signal=USR1", ref.backend_ref])
+
+
+def account_limits(tenancy: Tenancy, backend: str, cluster_gpus: int) -> dict[str, tuple[int, int]]:
+    """Per Slurm account (= tenant): (GrpTRES gres/gpu, Fairshare).
+
+    The GPU limit is the most cellscale could ever admit for the tenant on this backend
+    (nominal + borrowable, at most the cluster), so Slurm never holds back a job cellscale
+    admitted, and a job submitted around cellscale meets the same ceiling. Fairshare is the
+    tenant's entitled fraction of the fleet from the cohort tree's weights, in thousandths,
+    so Slurm's own fair-share factor orders anything it orders the way cellscale would."""
+    tree = FairTree.of(tenancy)
+    limits: dict[str, tuple[int, int]] = {}
+    for tenant, config in tenancy.tenants.items():
+        if not SAFE_NAME.match(tenant):
+            continue  # not a valid Slurm account name: such a tenant cannot submit to Slurm either
+        queues = {local.cluster_queue for local in config.queues.values()}
+        gpus = sum(tenancy.max_admissible(cq, f) for cq in queues for f in tenancy.flavors_for(cq, backend))
+        fraction = sum(_entitled(tree, cq) for cq in queues if tenancy.flavors_for(cq, backend))
+        if gpus or fraction:
+            limits[tenant] = (min(gpus, cluster_gpus), max(1, round(1000 * fraction)))
+    return limits
+
+
+def _entitled(tree: FairTree, cluster_queue: str) -> float:
+    fraction = 1.0
+    for node in tree.paths[cluster_queue]:
+        fraction *= tree.share[node]
+    return fraction
 
 
 def _gpus_of(gres: str) -> int:

@@ -312,8 +312,9 @@ def _fewest_victims(usage: Usage, job: Workload, flavor: str, candidates: list[H
 def _victim_reason(usage: Usage, victim: Holder, job: Workload) -> str:
     if victim.cluster_queue == job.cluster_queue:
         return f"preempted for higher-priority job {job.job_id} in queue {job.cluster_queue}"
-    return (f"preempted to return {victim.gpus} borrowed {victim.flavor} GPU(s) to {job.cluster_queue} "
-            f"(for job {job.job_id}, within its nominal quota)")
+    lent = min(victim.gpus, usage.borrowed(victim.cluster_queue, victim.flavor))
+    return (f"reclaimed by {job.cluster_queue}: {victim.cluster_queue} was borrowing {lent} {victim.flavor} GPU(s) "
+            f"(this job held {victim.gpus}) that {job.cluster_queue} needs within its nominal quota for job {job.job_id}")
 
 
 # -- why pending --------------------------------------------------------------------------

@@ -77,6 +77,10 @@ def active_attempts(session: Session, backend: str) -> list[Attempt]:
     return list(session.scalars(query.order_by(Attempt.id)))
 
 
+def has_pending(session: Session) -> bool:
+    return session.scalar(select(Job.id).where(Job.phase == Phase.PENDING.value).limit(1)) is not None
+
+
 def set_pending(session: Session, job_id: str, pending: dict, reason: str) -> None:
     session.execute(update(Job).where(Job.id == job_id).values(pending=pending, reason=reason))
 

@@ -36,15 +36,23 @@ class TenancyBook:
 
     @property
     def current(self) -> Tenancy:
+        return self._load()[1]
+
+    @property
+    def revision(self) -> int:
+        """Changes whenever the tenancy does (the id of the revision in force)."""
+        return self._load()[0]
+
+    def _load(self) -> tuple[int, Tenancy]:
         cached = self._current
         if cached is not None:
-            return cached[1]
+            return cached
         with self.store.session() as session:
             latest = _latest(session)
             if latest is None:
                 raise RuntimeError("no tenancy stored: seed it first")
             self._current = (latest.id, Tenancy.model_validate(latest.document))
-        return self._current[1]
+        return self._current
 
     def change(self, actor: str, action: str, target: str, edit: Callable[[dict], tuple[Any, Any]]) -> Tenancy:
         """Apply `edit` to a copy of the document; it returns (before, after) of what it

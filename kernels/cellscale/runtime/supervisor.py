@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack, contextmanager
 
 from cellscale.runtime import raycluster
 from cellscale.runtime.jobdir import ExitRecord, JobDir, LaunchPlan, open_log, write_atomic
@@ -91,13 +92,16 @@ class Supervisor:
         env = self._environment()
         master = self.plan.master_addr or first_host(env)
         if self.plan.launcher is Launcher.ray and self.node > 0:
-            code = raycluster.worker(self.plan, self.job, master, env, self.dir, self.node)
+            with warning_ignored():  # node 0's supervisor writes the notice every rank reads
+                code = raycluster.worker(self.plan, self.job, master, env, self.dir, self.node)
             return self._record(code)
-        with raycluster.head_if(self.plan, self.job, self.dir, env, log_fd):
-            self.child = subprocess.Popen(
-                launcher_argv(self.plan, self.job, self.node, master), env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            )
+        with ExitStack() as stack:
+            with warning_ignored():
+                stack.enter_context(raycluster.head_if(self.plan, self.job, self.dir, env, log_fd))
+                self.child = subprocess.Popen(
+                    launcher_argv(self.plan, self.job, self.node, master), env=env, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                )
             pump = pump_lines(self.child.stdout, log_fd, "[launcher] " if self.plan.nodes == 1 else f"[node {self.node}] ")
             record = self._wait(self.child)
             pump.join(timeout=5)
@@ -170,6 +174,19 @@ class Supervisor:
         while not self.done.is_set():
             write_atomic(path, json.dumps({"at": time.time(), "pid": os.getpid()}).encode())
             self.done.wait(HEARTBEAT_SECONDS)
+
+
+@contextmanager
+def warning_ignored():
+    """Processes started inside ignore the preemption warning (SIGUSR1): an ignored signal
+    stays ignored across exec, and Slurm delivers `scancel --signal` to every process of the
+    step, where its default action would kill torchrun and the ranks. The supervisor alone
+    handles it and tells the ranks through the notice file."""
+    previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def _killpg(pid: int, signum: int) -> None:

@@ -1,0 +1,125 @@
+"""Two desks contend on the real Slurm dev cluster (4 nodes × 8 GPUs; desk-a and desk-b each
+have a nominal 16 and may borrow the rest), and cellscale's quotas are mirrored into
+Slurm's own accounts so the two schedulers agree."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+from cellscale.spec import Phase
+from tests.integration.test_slurm_backend import TERMINAL, logs, slurm_plane  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.integration
+
+STEPS = 60  # total = 1 + ... + 60 = 1830 on an uninterrupted run
+TRAIN = """
+import json, os, time
+from cellscale.runtime import JobEnvironment
+env = JobEnvironment.current()
+path = os.path.join(os.environ["CKPT_DIR"], "state.json")
+state = json.load(open(path)) if os.path.exists(path) else {"step": 0, "total": 0}
+print(f"attempt {env.attempt} rank {env.rank} starts at step {state['step']}", flush=True)
+while state["step"] < 60:
+    state["step"] += 1
+    state["total"] += state["step"]
+    time.sleep(0.25)
+    if env.preempt_requested():
+        if env.rank == 0:
+            with open(path + ".tmp", "w") as f:
+                json.dump(state, f)
+            os.replace(path + ".tmp", path)
+            print(f"checkpointed at step {state['step']}", flush=True)
+        env.stop_for_preemption()
+total = state["total"]
+"""
+
+
+def assoc(cluster, account: str) -> tuple[str, str]:
+    """(GrpTRES, Fairshare) of the account's own association."""
+    out = subprocess.run(["sacctmgr", "-n", "-P", "show", "assoc", f"account={account}", "format=user,grptres,fairshare"],
+                         env=cluster.env, capture_output=True, text=True, check=True).stdout
+    row = next(line.split("|") for line in out.splitlines() if line.startswith("|"))
+    return row[1], row[2]
+
+
+def set_borrowing(plane, cluster_queue: str, limit):
+    def edit(doc):
+        quota = doc["cluster_queues"][cluster_queue]["quotas"]["slurm"]
+        before, quota["borrowing_limit"] = quota["borrowing_limit"], limit
+        return before, limit
+
+    plane.tenancy.change("test", "set-quota", f"cluster_queues/{cluster_queue}/quotas/slurm", edit)
+    plane.controller.cycle()
+
+
+def test_quotas_are_mirrored_into_slurm_accounts(slurm_plane, slurm_cluster):
+    slurm_plane.controller.cycle()
+    assert assoc(slurm_cluster, "desk-b") == ("gres/gpu=32", "500")  # nominal 16 + 16 borrowable; half the tree
+    set_borrowing(slurm_plane, "desk-b", 0)
+    raw = None
+    try:
+        assert assoc(slurm_cluster, "desk-b") == ("gres/gpu=16", "500")
+        # a job submitted around cellscale meets the same ceiling in Slurm itself
+        raw = subprocess.run(["runuser", "-u", "bob", "--", "sbatch", "--parsable", "--account=desk-b", "-p", "gpu",
+                              "-N", "3", "--gres=gpu:8", "--wrap", "sleep 1"],
+                             env=os.environ | slurm_cluster.env, capture_output=True, text=True, check=True,
+                             cwd="/tmp").stdout.strip()
+        reason = _wait_for_reason(slurm_cluster, raw)
+        assert "AssocGrpGRES" in reason or "AssocGrpGres" in reason, reason
+    finally:
+        if raw:
+            subprocess.run(["scancel", raw], env=slurm_cluster.env, check=False)
+        set_borrowing(slurm_plane, "desk-b", None)
+    assert assoc(slurm_cluster, "desk-b") == ("gres/gpu=32", "500")
+
+
+def test_borrowed_gpus_are_reclaimed_with_a_warning_and_the_borrower_resumes(slurm_plane, slurm_cluster):
+    slurm_plane.controller.preemption_grace_s = 60
+    ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=slurm_cluster.jobs_dir))
+    ckpt.chmod(0o777)  # the job runs as alice
+    borrower = slurm_plane.submit("alice", source=TRAIN, launcher="plain", outputs=["total"],
+                                  resources={"nodes": 3, "gpus_per_node": 8}, env={"CKPT_DIR": str(ckpt)}).json()
+    running = slurm_plane.run_until(borrower["id"], {Phase.RUNNING}, timeout=180)
+    assert running["borrowed"] == 8  # 24 GPUs on a nominal 16: desk-b's idle GPUs
+    owner = slurm_plane.submit("bob", source="import os\nprint('desk-b on', os.environ['CELLSCALE_NODE'])",
+                               launcher="plain", resources={"nodes": 2, "gpus_per_node": 8}).json()
+    done = slurm_plane.run_until(owner["id"], TERMINAL, timeout=240)
+    assert done["phase"] == "SUCCEEDED", logs(slurm_plane, owner["id"])
+    finished = slurm_plane.run_until(borrower["id"], TERMINAL, timeout=300)
+    text = logs(slurm_plane, borrower["id"])
+    assert finished["phase"] == "SUCCEEDED", text
+    result = slurm_plane.http.get(f"/api/jobs/{borrower['id']}/result", headers=slurm_plane.as_("alice"))
+    assert cloudpickle.loads(result.content) == {"total": sum(range(STEPS + 1))}  # as if never interrupted
+    first = finished["attempts"][0]
+    assert first["end_reason"].startswith(
+        "preempted: reclaimed by desk-b: desk-a was borrowing 8 slurm GPU(s) (this job held 24)")
+    assert "checkpointed at step " in text, (text, finished["attempts"])
+    stopped_at = int(text.split("checkpointed at step ")[1].split()[0])
+    assert 0 < stopped_at < STEPS and f"attempt 2 rank 0 starts at step {stopped_at}" in text
+    events = slurm_plane.http.get(f"/api/jobs/{borrower['id']}/events", headers=slurm_plane.as_("alice")).json()
+    reasons = [e["reason"] for e in events]
+    assert reasons.count("Preempting") == 1 and "Requeued" in reasons and "Failed" not in reasons
+    assert "FAILED" not in [e["to_phase"] for e in events]
+    # the borrower was warned before desk-b started: desk-b's attempt began after the warning
+    warned_at = next(e["at"] for e in events if e["reason"] == "Preempting")
+    assert warned_at < done["attempts"][0]["started_at"]
+
+
+def _wait_for_reason(cluster, job_id: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    reason = ""
+    while time.monotonic() < deadline:
+        reason = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%r"], env=cluster.env, capture_output=True,
+                                text=True).stdout.strip()
+        if reason and reason not in ("None", "Priority", "Resources"):
+            return reason
+        time.sleep(1)
+    return reason
+
