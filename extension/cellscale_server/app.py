@@ -1,44 +1,29 @@
-"""A minimal ExtensionApp: tells the logged-in user who they are to the control plane.
+"""The server extension: the side panel's authenticated relay to the control plane.
 
 It calls the control plane with the server's own hub token (whose scopes come from
-`Spawner.server_token_scopes`), so the control plane sees the server's user. The side
-panel's relay and live fan-out grow from here.
+`Spawner.server_token_scopes`), so the control plane sees the server's user and applies its
+own rules (your jobs, your desk's jobs). The routes are listed in `handlers`.
 """
 
 from __future__ import annotations
 
 import os
 
-import httpx
-from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.application import ExtensionApp
-from tornado import web
-from traitlets import Unicode, default
+from traitlets import Float, Unicode, default
 
-
-class WhoAmIHandler(APIHandler):
-    def initialize(self, app: "CellscaleServerApp") -> None:
-        self.app = app
-
-    @web.authenticated
-    async def get(self) -> None:
-        app = self.app
-        if not app.control_plane_url:
-            raise web.HTTPError(503, "no control plane configured (set CELLSCALE_URL)")
-        async with httpx.AsyncClient(timeout=10) as client:
-            response = await client.get(
-                app.control_plane_url.rstrip("/") + "/api/whoami",
-                headers={"Authorization": f"token {app.control_plane_token}"},
-            )
-        self.set_status(response.status_code)
-        self.finish(response.content)
+from cellscale_server.control_plane import ControlPlane
+from cellscale_server.handlers import handlers
 
 
 class CellscaleServerApp(ExtensionApp):
     name = "cellscale_server"
 
     control_plane_url = Unicode(help="The control plane's URL (default: $CELLSCALE_URL).").tag(config=True)
-    control_plane_token = Unicode(help="Token for the control plane (default: $JUPYTERHUB_API_TOKEN).").tag(config=True)
+    control_plane_token = Unicode(help="Token for the control plane (default: $CELLSCALE_TOKEN, "
+                                       "else $JUPYTERHUB_API_TOKEN).").tag(config=True)
+    jobs_poll_interval_s = Float(1.0, help="How often the job-list websocket asks the control plane for the "
+                                           "list, in seconds; it pushes only when the list changed.").tag(config=True)
 
     @default("control_plane_url")
     def _url(self) -> str:
@@ -48,5 +33,17 @@ class CellscaleServerApp(ExtensionApp):
     def _token(self) -> str:
         return os.environ.get("CELLSCALE_TOKEN") or os.environ.get("JUPYTERHUB_API_TOKEN", "")
 
+    _control_plane: ControlPlane | None = None
+
+    @property
+    def control_plane(self) -> ControlPlane:
+        if self._control_plane is None:
+            self._control_plane = ControlPlane(self.control_plane_url, self.control_plane_token)
+        return self._control_plane
+
     def initialize_handlers(self) -> None:
-        self.handlers.append(("/cellscale/api/whoami", WhoAmIHandler, {"app": self}))
+        self.handlers.extend(handlers(self))
+
+    async def stop_extension(self) -> None:
+        if self._control_plane is not None:
+            await self._control_plane.aclose()
