@@ -11,16 +11,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from sqlalchemy import select
 
+from cellscale.runtime.jobdir import JobDir
 from cellscale.spec import AttemptState, JobSpec, Phase
 from cellscale_hub.drivers import AttemptRef, Driver, Observation
 from cellscale_hub.lifecycle import outcome_of
 from cellscale_hub.plans import prepare_job_dir
 from cellscale_hub import quota
+from cellscale_hub.faults import Fault, decide
 from cellscale_hub.scheduling.admission import Admission, Preemption, schedule
 from cellscale_hub.scheduling.capacity import allocate
 from cellscale_hub.store import Store
@@ -35,7 +37,8 @@ log = logging.getLogger("cellscale.controller")
 class Controller:
     def __init__(self, store: Store, drivers: dict[str, Driver], jobs_root: Path, bundles_root: Path,
                  tenancy: TenancyBook, interval: float = 0.5, launches_per_cycle: int = 16,
-                 preemption_grace_s: float = 30.0, fair_share_half_life_s: float = 3600.0):
+                 preemption_grace_s: float = 30.0, fair_share_half_life_s: float = 3600.0,
+                 heartbeat_timeout_s: float = 60.0):
         self.store = store
         self.drivers = drivers
         self.jobs_root = jobs_root
@@ -45,6 +48,7 @@ class Controller:
         self.launches_per_cycle = launches_per_cycle  # a burst of submits must not starve polls and cancels
         self.preemption_grace_s = preemption_grace_s
         self.fair_share_half_life_s = fair_share_half_life_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._cancel_sent: set[tuple[str, int]] = set()
@@ -100,7 +104,7 @@ class Controller:
         return AttemptRef(
             job_id=job.id, number=attempt.number, job_dir=self.jobs_root / job.id, spec=JobSpec.model_validate(job.spec),
             gpu_ids=tuple(attempt.gpu_ids or ()), backend_ref=attempt.backend_ref, submitted_at=attempt.submitted_at,
-            owner=job.owner, tenant=job.tenant,
+            owner=job.owner, tenant=job.tenant, excluded_nodes=tuple(job.excluded_nodes or ()),
         )
 
     def mirror_tenancy(self, backend: str, driver: Driver) -> None:
@@ -228,7 +232,7 @@ class Controller:
                 return
             refs = {a.id: self.ref(a.job, a) for a in attempts}
         observations = driver.poll(list(refs.values()))  # one batched query per backend
-        relaunch = []
+        relaunch, hung = [], []
         with self.store.session() as session:
             for attempt_id, ref in refs.items():
                 obs = observations.get(ref.key, Observation(AttemptState.UNKNOWN))
@@ -237,13 +241,33 @@ class Controller:
                 if obs.state is AttemptState.SUBMITTING and attempt.submitted_at is None:
                     relaunch.append((job, attempt))  # the control plane died between admit and submit
                     continue
+                silent = self._silence(obs)
+                if silent is not None:
+                    hung.append(ref)
+                    obs = Observation(AttemptState.LOST, fault=Fault.INFRASTRUCTURE, heartbeat=obs.heartbeat,
+                                      reason=f"no heartbeat for {silent:.0f} s: the attempt hung or a node is unreachable")
                 self._observe(session, job, attempt, obs)
+        for ref in hung:
+            driver.cancel(ref)  # stop what is left of it; its retry is a new attempt
         for job, attempt in relaunch:
             self.launch(driver, job, attempt, resubmit=True)
+
+    def _silence(self, obs: Observation) -> float | None:
+        """Seconds since the last heartbeat of a live attempt, when beyond the timeout."""
+        if obs.state not in (AttemptState.RUNNING, AttemptState.STARTING) or obs.heartbeat is None:
+            return None
+        silent = (utcnow() - obs.heartbeat).total_seconds()
+        return silent if silent > self.heartbeat_timeout_s else None
 
     def _observe(self, session, job: Job, attempt: Attempt, obs: Observation) -> None:
         if obs.heartbeat:
             attempt.last_heartbeat = obs.heartbeat
+        if obs.step is not None:
+            attempt.last_step = obs.step
+        self._note_resume(session, job, attempt)
+        committed = JobDir(self.jobs_root / job.id).read_checkpoints(attempt.number)
+        if committed:  # victims are chosen by the work they would lose since their last checkpoint
+            attempt.last_checkpoint_at = datetime.fromtimestamp(committed[-1]["wall_time"], timezone.utc)
         if obs.state is AttemptState.UNKNOWN:
             if attempt.state != AttemptState.UNKNOWN.value:
                 q.add_event(session, job, kind="attempt", attempt=attempt.number, reason="BackendUnknown",
@@ -270,28 +294,55 @@ class Controller:
     def _end_attempt(self, session, job: Job, attempt: Attempt, obs: Observation) -> None:
         attempt.state, attempt.exit_code, attempt.end_reason = obs.state.value, obs.exit_code, obs.reason
         attempt.ended_at = utcnow()
+        attempt.failed_nodes = list(obs.failed_nodes)
         preempted = job.preempt_deadline is not None and not job.cancel_requested and obs.state is not AttemptState.SUCCEEDED
+        fault = Fault.PREEMPTION if preempted else (None if job.cancel_requested else obs.fault)
+        attempt.fault = fault.value if fault else None
         q.add_event(session, job, kind="attempt", attempt=attempt.number,
                     reason="Preempted" if preempted else obs.state.value.title(), message=obs.reason)
         if preempted:
-            self._requeue_preempted(session, job, attempt)
+            attempt.end_reason = f"preempted: {job.preempt_reason}"
+            self._requeue(session, job, attempt, "Preempted", job.preempt_reason,
+                          "requeued after preemption; the next attempt resumes from its checkpoint")
+            return
+        verdict = decide(JobSpec.model_validate(job.spec).retries, fault,
+                         [a.fault for a in job.attempts if a is not attempt]) if fault else None
+        if verdict and verdict.retry and not Phase(job.phase).terminal:
+            job.excluded_nodes = sorted(set(job.excluded_nodes or []) | set(obs.failed_nodes))
+            avoid = f"; avoiding {', '.join(job.excluded_nodes)}" if obs.failed_nodes else ""
+            self._requeue(session, job, attempt, "Retrying", f"{obs.reason} ({verdict.words(fault)})",
+                          f"retry after {fault.value.replace('_', ' ')}{avoid}; the next attempt resumes from the "
+                          "newest verified checkpoint")
             return
         outcome = outcome_of(obs.state, obs.reason, job.cancel_requested)
         if outcome is None or Phase(job.phase).terminal:
             return
         if outcome.phase is Phase.SUCCEEDED:
             job.result_available = (self.jobs_root / job.id / "result.pkl").exists()
-        q.transition(session, job, outcome.phase, _reason_word(obs), attempt=attempt.number, message=outcome.reason)
+        message = f"{outcome.reason} ({verdict.words(fault)})" if verdict else outcome.reason
+        q.transition(session, job, outcome.phase, _reason_word(obs), attempt=attempt.number, message=message)
 
-    def _requeue_preempted(self, session, job: Job, attempt: Attempt) -> None:
-        """A preempted job goes back to its queue; its next attempt resumes from its
-        checkpoint. Preemption never counts as a failure."""
-        attempt.end_reason = f"preempted: {job.preempt_reason}"
+    def _note_resume(self, session, job: Job, attempt: Attempt) -> None:
+        """Once per attempt: which checkpoint it resumed from, and the newer ones it passed
+        over because they failed verification (cellscale.checkpoint reports both)."""
+        if attempt.resumed_step is not None:
+            return
+        resume = JobDir(self.jobs_root / job.id).read_resume(attempt.number)
+        if resume is None or resume.get("step") is None:
+            return
+        attempt.resumed_step = resume["step"]
+        skipped = "; ".join(f"skipped step {s['step']}: {s['reason']}" for s in resume.get("skipped", []))
+        q.add_event(session, job, kind="checkpoint", attempt=attempt.number,
+                    reason="ResumedWithFallback" if skipped else "Resumed",
+                    message=f"resumed from the checkpoint of step {resume['step']}" + (f" ({skipped})" if skipped else ""))
+
+    def _requeue(self, session, job: Job, attempt: Attempt, why: str, detail: str | None, words: str) -> None:
+        """Back to the queue (keeping its submit time, so its place): a preempted job, or one
+        whose fault has retries left. Its quota is released until it is admitted again."""
         if Phase(job.phase) is not Phase.ADMITTED:
-            q.transition(session, job, Phase.RECOVERING, "Preempted", attempt=attempt.number, message=job.preempt_reason)
+            q.transition(session, job, Phase.RECOVERING, why, attempt=attempt.number, message=detail)
         job.flavor, job.borrowed, job.preempt_deadline, job.preempt_reason = None, 0, None, None
-        q.transition(session, job, Phase.PENDING, "Requeued", attempt=attempt.number,
-                     message="requeued after preemption; the next attempt resumes from its checkpoint")
+        q.transition(session, job, Phase.PENDING, "Requeued", attempt=attempt.number, message=words)
 
     def send_cancels(self, backend: str, driver: Driver) -> None:
         """Stop attempts whose job was cancelled, or whose preemption grace period is over."""

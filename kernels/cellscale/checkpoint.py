@@ -33,6 +33,7 @@ control plane never unpickles anything: it reads the notifier's JSON lines.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import pickle
@@ -40,6 +41,7 @@ import platform
 import re
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
@@ -64,6 +66,10 @@ from cellscale.runtime.environment import JobEnvironment
 from cellscale.runtime.jobdir import JobDir, append_line, open_log, write_atomic
 
 MANIFEST = "MANIFEST.json"
+# Single-process saves and loads are a normal case here, not a mistake worth a warning per process.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized",
+                        category=UserWarning)
+RESUME_REPORT = "resume.json"  # in <job>/attempts/<n>/: what the attempt resumed from
 CHECKPOINTS_LOG = "checkpoints.jsonl"  # in <job>/attempts/<n>/, one JSON line per committed checkpoint
 TMP_PREFIX = ".tmp-step-"
 _STEP_DIR = re.compile(r"step-(\d+)")
@@ -143,6 +149,18 @@ def notify_job_dir(checkpoint: Checkpoint) -> None:
         os.close(fd)
 
 
+def record_resume(resume: Resume) -> None:
+    """The default resume reporter: write what this attempt resumed from (and the newer
+    checkpoints passed over, with reasons) to the job directory, where the control plane
+    turns it into an event. Outside a cellscale job it does nothing."""
+    env = JobEnvironment.current()
+    if not env.job_dir or resume.checkpoint is None:
+        return
+    report = {"step": resume.checkpoint.step, "url": resume.checkpoint.url,
+              "skipped": [s.model_dump() for s in resume.skipped]}
+    write_atomic(JobDir(env.job_dir).attempt_dir(env.attempt) / RESUME_REPORT, json.dumps(report).encode())
+
+
 class _Group:
     """The processes that write one checkpoint together: this one alone, or every rank of the
     default process group over a gloo group of their own (DCP's async save runs collectives on a
@@ -180,14 +198,17 @@ class Checkpointer:
     """
 
     def __init__(self, url: str, keep: int | None = 3, notifier: Notifier = notify_job_dir,
-                 storage_options: dict[str, Any] | None = None):
+                 storage_options: dict[str, Any] | None = None,
+                 on_resume: Callable[[Resume], None] = record_resume):
         """keep: how many committed checkpoints to keep (None: all). notifier: called on rank 0
         with each committed Checkpoint (on the background thread, for an async save).
-        storage_options: passed to fsspec (credentials, endpoint)."""
+        storage_options: passed to fsspec (credentials, endpoint). on_resume: called on rank 0
+        with what load() resumed from."""
         if keep is not None and keep < 1:
             raise ValueError("keep must be at least 1, or None to keep every checkpoint")
         self.keep = keep
         self.notifier = notifier
+        self.on_resume = on_resume
         self.storage_options = storage_options or {}
         self.fs, root = url_to_fs(url, **self.storage_options)
         self.local = isinstance(self.fs, LocalFileSystem)
@@ -325,7 +346,25 @@ class Checkpointer:
             return found
         directory = self._dir(found.checkpoint.step)
         dcp.load(state_dict, storage_reader=self._reader(f"{directory}/dcp"), process_group=self._group.pg)
+        if self._group.rank == 0:
+            try:
+                self.on_resume(found)
+            except Exception:  # the state is loaded; a broken reporter must not fail the resume
+                log.exception("resume reporter failed")
         return replace(found, extra=self._get_extra(directory))
+
+    def maybe_save(self, step: int, state_dict: dict[str, Any], every: int, extra: Any = None) -> None:
+        """The training loop's one call per step: report the step (it rides the heartbeat),
+        save asynchronously every `every` steps, and after a preemption warning save now,
+        wait for the commit and stop this attempt so the job is requeued and resumes here.
+        Collective: the ranks agree on the warning, since each may see it at another step."""
+        env = JobEnvironment.current()
+        env.report_step(step)
+        if any(self._group.agree(env.preempt_requested)):
+            self.save(step, state_dict, extra, async_=False).result()
+            env.stop_for_preemption()
+        if every > 0 and step % every == 0:
+            self.save(step, state_dict, extra)
 
     def _problems(self, step: int, all_files: bool = False) -> list[str]:
         """Why checkpoint `step` cannot be trusted, from this rank's share of its files (all of

@@ -12,7 +12,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cellscale.spec import JobSpec, Launcher, Resources
+from cellscale.spec import JobSpec, Launcher, Resources, Retries
 
 
 class MagicUsageError(ValueError):
@@ -29,6 +29,9 @@ class MagicArgs(BaseModel):
     backend: str | None = None
     queue: str | None = None
     priority: str | None = None
+    retries: int = 3
+    retries_timeout: int = 0
+    retries_user: int = 0
     name: str = "cell"
     time: int = 60
     switches: int | None = None
@@ -61,7 +64,8 @@ class MagicArgs(BaseModel):
         try:
             return JobSpec(
                 name=self.name, launcher=self.launcher, resources=self.resources(), queue=self.queue,
-                backend=self.backend, priority=self.priority, env=self.env, source=source, input_names=self.inputs,
+                backend=self.backend, priority=self.priority,
+                retries=Retries(infrastructure=self.retries, timeout=self.retries_timeout, user_error=self.retries_user), env=self.env, source=source, input_names=self.inputs,
                 inputs_sha256=inputs_sha256, outputs=self.outputs,
             )
         except ValidationError as exc:
@@ -82,6 +86,9 @@ def _parser() -> _Parser:
     p.add_argument("--backend")
     p.add_argument("--queue")
     p.add_argument("--priority", help="priority class: low, normal (default), high")
+    p.add_argument("--retries", type=int, help="retries after infrastructure faults (default 3)")
+    p.add_argument("--retries-timeout", type=int, help="retries after running past --time (default 0)")
+    p.add_argument("--retries-user", type=int, help="retries after an exception in the cell (default 0)")
     p.add_argument("--name")
     p.add_argument("--time", type=int, help="minutes")
     p.add_argument("--switches", type=int, help="most leaf switches the nodes may span")
@@ -139,10 +146,15 @@ def _suggest(message: str, parser: argparse.ArgumentParser) -> str:
     return f"{message}; usage: {usage()}"
 
 
+FLAGS = {"infrastructure": "--retries", "timeout": "--retries-timeout", "user_error": "--retries-user",
+         "timeout_min": "--time", "gpus_per_node": "--gpus-per-node", "nodes": "--nodes", "switches": "--switches"}
+
+
 def _explain(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"] if p not in ("spec",))
+        loc = [str(p) for p in error["loc"] if p != "spec"]
+        where = FLAGS.get(loc[-1], ".".join(loc)) if loc else ""
         message = error["msg"].removeprefix("Value error, ")
         parts.append(f"{where}: {message}" if where else message)
     return "; ".join(parts)

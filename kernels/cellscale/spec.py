@@ -91,6 +91,15 @@ class Resources(Strict):
         return self.nodes * self.gpus_per_node
 
 
+class Retries(Strict):
+    """How many times each class of fault is retried (a new attempt that resumes from the
+    newest verified checkpoint). Preemption is always requeued and never counted."""
+
+    infrastructure: int = Field(3, ge=0, le=100, description="Node failures, killed ranks, lost or hung attempts.")
+    timeout: int = Field(0, ge=0, le=100, description="Attempts that ran past --time.")
+    user_error: int = Field(0, ge=0, le=100, description="Exceptions in the cell.")
+
+
 class JobSpec(Strict):
     """What a user asks for. Validated completely before anything is stored."""
 
@@ -100,6 +109,7 @@ class JobSpec(Strict):
     queue: QueueName | None = Field(None, description="LocalQueue of the user's tenant; its default when absent.")
     backend: Name | None = Field(None, description="Backend to run on; chosen by the queue when absent.")
     priority: Name | None = Field(None, description="Priority class (e.g. low, normal, high); normal when absent.")
+    retries: Retries = Field(default_factory=Retries)
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for every rank.")
     source: str = Field(..., description="The cell's Python source.")
     input_names: list[str] = Field(default_factory=list, description="Names bound from the inputs bundle.")
@@ -163,6 +173,20 @@ class AttemptView(BaseModel):
     end_reason: str | None
     last_heartbeat: datetime | None
     last_checkpoint_at: datetime | None = None
+    fault: str | None = Field(None, description="user_error | infrastructure | timeout | preemption")
+    failed_nodes: list[str] = Field(default_factory=list, description="Nodes blamed for this attempt's end.")
+    last_step: int | None = Field(None, description="The training step rank 0 last reported.")
+
+
+class CheckpointView(BaseModel):
+    """A checkpoint a job committed (cellscale.checkpoint), as the notebook and panel list it."""
+
+    attempt: int
+    step: int
+    url: str
+    size_bytes: int
+    committed_at: datetime
+    write_s: float = Field(description="Seconds from save() to commit.")
 
 
 class AheadView(BaseModel):
@@ -203,6 +227,7 @@ class JobView(BaseModel):
     phase: Phase
     reason: str | None = Field(None, description="Why the job is in its phase, in plain words.")
     pending: PendingView | None = Field(None, description="Why it waits (PENDING jobs).")
+    excluded_nodes: list[str] = Field(default_factory=list, description="Nodes its next attempts avoid.")
     preempting: bool = Field(False, description="Warned of preemption; requeued when its attempt ends.")
     spec: JobSpec
     created_at: datetime

@@ -11,9 +11,10 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
 from cellscale.spec import (
-    MAX_INPUTS_BYTES, BackendView, BundleRef, EventView, JobPage, JobSpec, JobView, LogChunk, Phase, QueueUsage,
+    MAX_INPUTS_BYTES, BackendView, BundleRef, CheckpointView, EventView, JobPage, JobSpec, JobView, LogChunk, Phase, QueueUsage,
     RenderView, SubmitRequest, WhoAmI,
 )
+from cellscale.runtime.jobdir import JobDir
 from cellscale_hub import quota
 from cellscale_hub.api import admin, logs, oauth
 from cellscale_hub.api.context import Context, context, require
@@ -183,6 +184,15 @@ def _job_routes(router: APIRouter) -> None:
         start = int(resume) if resume and resume.isdigit() else offset
         return StreamingResponse(logs.follow(ctx, job_id, start, request), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @router.get("/jobs/{job_id}/checkpoints", response_model=list[CheckpointView])
+    def checkpoints(job_id: str, who: Reader, ctx: Ctx) -> list[CheckpointView]:
+        """Checkpoints the job committed, newest first, across its attempts."""
+        with ctx.store.session() as session:
+            job = visible_job(session, job_id, who)
+            numbers = [a.number for a in job.attempts]
+        return sorted(q.checkpoint_views(JobDir(ctx.jobs_root / job_id), numbers),
+                      key=lambda c: (c.committed_at, c.step), reverse=True)
 
     @router.get("/jobs/{job_id}/result", responses={200: {"content": {"application/octet-stream": {}}}})
     def result(job_id: str, who: Reader, ctx: Ctx) -> Response:

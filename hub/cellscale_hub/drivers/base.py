@@ -23,7 +23,7 @@ control plane is in the `AttemptRef` (from the store) and the job directory.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from traitlets import Unicode
@@ -32,6 +32,7 @@ from traitlets.config import LoggingConfigurable
 from cellscale.runtime.jobdir import JobDir, LaunchPlan
 from cellscale.spec import AttemptState, BackendView, JobSpec
 from cellscale_hub import plans
+from cellscale_hub.faults import Fault, from_exit_records
 from cellscale_hub.tenancy import Tenancy
 
 
@@ -51,6 +52,7 @@ class AttemptRef:
     owner: str = ""
     tenant: str = ""
     resubmit: bool = False  # submitted again after a restart: the backend may already have it
+    excluded_nodes: tuple[str, ...] = ()  # nodes that failed this job before: its next attempts avoid them
 
     @property
     def key(self) -> tuple[str, int]:
@@ -66,7 +68,27 @@ class Observation:
     state: AttemptState
     exit_code: int | None = None
     reason: str | None = None
-    heartbeat: datetime | None = None
+    heartbeat: datetime | None = None  # the oldest of the nodes' latest heartbeats
+    step: int | None = None  # the training step rank 0 last reported
+    fault: Fault | None = None  # why an ended attempt did not succeed (None: it did, or was cancelled)
+    failed_nodes: tuple[str, ...] = ()
+
+
+def heartbeat_of(ref: AttemptRef, nodes: int) -> tuple[datetime | None, int | None]:
+    """(oldest heartbeat across the nodes, step) from the job directory; None until every
+    node has beaten once, so one silent node shows as silence."""
+    beats = [ref.dir.read_heartbeat(ref.number, node) for node in range(nodes)]
+    if not beats or any(beat is None for beat in beats):
+        return None, None
+    oldest = min(beat["at"] for beat in beats)
+    return datetime.fromtimestamp(oldest, timezone.utc), beats[0].get("step")
+
+
+def fault_from_job_dir(ref: AttemptRef, nodes: int) -> Fault:
+    """The class of a failed gang from its nodes' exit records; a gang with no record at all
+    lost its supervisors: an infrastructure fault."""
+    records = [ref.dir.read_exit(ref.number, node) for node in range(nodes)]
+    return from_exit_records(r.reason for r in records if r is not None) or Fault.INFRASTRUCTURE
 
 
 class Driver(LoggingConfigurable):

@@ -10,14 +10,14 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 
 from traitlets import Float, Integer, default
 
 from cellscale.runtime.supervisor import launcher_argv
 from cellscale.spec import AttemptState, BackendView, Launcher
 from cellscale_hub import proc
-from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected
+from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected, heartbeat_of
+from cellscale_hub.faults import Fault, from_exit_records
 
 SUPERVISOR = ("-m", "cellscale.runtime.supervisor")
 
@@ -95,17 +95,21 @@ class LocalDriver(Driver):
         record = jd.read_exit(ref.number)
         if record is not None:
             self._children.pop(ref.key, None)
-            return Observation(_state_for(record.reason), exit_code=record.code, reason=record.message or record.reason)
-        beat = jd.read_heartbeat(ref.number)
-        heartbeat = datetime.fromtimestamp(beat["at"], timezone.utc) if beat else None
+            state = _state_for(record.reason)
+            fault = from_exit_records([record.reason]) if state is AttemptState.FAILED or record.reason == "preempted" else None
+            return Observation(state, exit_code=record.code, reason=record.message or record.reason, fault=fault)
+        heartbeat, step = heartbeat_of(ref, 1)
         if jd.supervisor_alive(ref.number):
             all_ranks = jd.ranks_started(ref.number) >= self.launch_plan(ref).expected_ranks
-            return Observation(AttemptState.RUNNING if all_ranks else AttemptState.STARTING, heartbeat=heartbeat)
+            return Observation(AttemptState.RUNNING if all_ranks else AttemptState.STARTING, heartbeat=heartbeat,
+                               step=step)
         if jd.started(ref.number):
-            return Observation(AttemptState.LOST, reason="the supervisor died without writing an exit record")
+            return Observation(AttemptState.LOST, reason="the supervisor died without writing an exit record",
+                               fault=Fault.INFRASTRUCTURE)
         if ref.submitted_at is None or time.time() - ref.submitted_at.timestamp() < self.start_grace_seconds:
             return Observation(AttemptState.SUBMITTING)
-        return Observation(AttemptState.LOST, reason=f"the supervisor never started within {self.start_grace_seconds:.0f}s")
+        return Observation(AttemptState.LOST, reason=f"the supervisor never started within {self.start_grace_seconds:.0f}s",
+                           fault=Fault.INFRASTRUCTURE)
 
     def cancel(self, ref: AttemptRef) -> None:
         self._signal(ref, signal.SIGTERM)

@@ -23,12 +23,14 @@ from traitlets import Float, Integer, List, Unicode, default
 
 from cellscale.spec import AttemptState, BackendView, JobSpec, Launcher
 from cellscale_hub import proc
-from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected
+from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected, fault_from_job_dir, heartbeat_of
+from cellscale_hub.faults import Fault
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.tenancy import Tenancy
 from cellscale.runtime.jobdir import LaunchPlan
 
 SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
 ACTIVE = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 ENDED = {
@@ -162,6 +164,7 @@ class SlurmDriver(Driver):
             *([f"--gres=gpu:{res.gpus_per_node}"] if res.gpus_per_node else []),
             f"--time={res.timeout_min}",
             *([f"--switches={res.switches}"] if res.switches else []),
+            *([f"--exclude={','.join(excluded)}"] if (excluded := self._excludable(ref)) else []),
             f"--chdir={ref.job_dir}",
             f"--output={out}",
             "--no-requeue",
@@ -176,6 +179,13 @@ class SlurmDriver(Driver):
             f"exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 {shlex.join(supervisor)}",
         ]
         return "\n".join(lines) + "\n"
+
+    def _excludable(self, ref: AttemptRef) -> list[str]:
+        """The nodes that failed this job, while enough others remain for its gang."""
+        bad = sorted({node for node in ref.excluded_nodes if SAFE_NODE.match(node)})
+        if not bad or self.capacity().max_nodes - len(bad) < ref.spec.resources.nodes:
+            return []
+        return bad
 
     # -- submit / poll / cancel ------------------------------------------------------------------
     def submit(self, ref: AttemptRef) -> str:
@@ -220,20 +230,24 @@ class SlurmDriver(Driver):
             return Observation(AttemptState.STARTING, reason=f"Slurm job {ref.backend_ref} {state.lower()} ({why})")
         if state in ACTIVE:
             running = ref.dir.ranks_started(ref.number) >= self.launch_plan(ref).expected_ranks
-            return Observation(AttemptState.RUNNING if running else AttemptState.STARTING)
+            heartbeat, step = heartbeat_of(ref, ref.spec.resources.nodes)
+            return Observation(AttemptState.RUNNING if running else AttemptState.STARTING, heartbeat=heartbeat, step=step)
         if state in ENDED:
             if not entry.get("allocation_nodes") and entry.get("nodes") not in (None, "", "None assigned"):
                 # slurmdbd writes asynchronously: for a moment after the end the record shows
                 # the first node only and no allocation; the next poll sees it whole
                 return Observation(AttemptState.UNKNOWN, reason=f"Slurm accounting of job {ref.backend_ref} is settling")
-            return Observation(ENDED[state], exit_code=_exit_code(entry), reason=self._end_reason(ref, state, entry))
+            failed_nodes = self._down_nodes(entry.get("nodes", "")) if state == "NODE_FAIL" else []
+            return Observation(ENDED[state], exit_code=_exit_code(entry), reason=self._end_reason(ref, state, failed_nodes),
+                               fault=self._fault(ref, state), failed_nodes=tuple(name for name, _ in failed_nodes))
         return Observation(AttemptState.UNKNOWN, reason=f"Slurm state {state or '?'}")
 
-    def _end_reason(self, ref: AttemptRef, state: str, entry: dict) -> str:
+    def _end_reason(self, ref: AttemptRef, state: str, failed_nodes: list[tuple[str, str]]) -> str:
         if state == "COMPLETED":
             return "every rank exited 0"
         if state == "NODE_FAIL":
-            return f"node failure: {self._down_nodes(entry.get('nodes', ''))}"
+            nodes = ", ".join(f"{name} ({why})" for name, why in failed_nodes) or "a node of the job"
+            return f"node failure: {nodes}"
         if state == "TIMEOUT":
             return f"ran past --time {ref.spec.resources.timeout_min} min (Slurm TIMEOUT)"
         if state == "PREEMPTED":
@@ -241,15 +255,21 @@ class SlurmDriver(Driver):
         error = ref.dir.read_error(ref.number)
         return error["summary"] if error else f"Slurm job {ref.backend_ref} ended {state}"
 
-    def _down_nodes(self, nodes: str) -> str:
+    def _fault(self, ref: AttemptRef, state: str) -> Fault | None:
+        if state in ("COMPLETED", "CANCELLED"):
+            return None
+        return {"NODE_FAIL": Fault.INFRASTRUCTURE, "TIMEOUT": Fault.TIMEOUT, "PREEMPTED": Fault.PREEMPTION}.get(state) \
+            or fault_from_job_dir(ref, ref.spec.resources.nodes)
+
+    def _down_nodes(self, nodes: str) -> list[tuple[str, str]]:
+        """(name, Slurm's reason) of the job's nodes that are down, drained or failed."""
         try:
             hosts = set(self._run(["scontrol", "show", "hostnames", nodes]).split()) if nodes else set()
             info = json.loads(self._run(["sinfo", "--json"]))["nodes"]
         except (RuntimeError, ValueError, KeyError):
-            return nodes or "a node of the job"
-        bad = [f"{n['name']} ({n.get('reason') or 'down'})" for n in info
-               if n["name"] in hosts and any(s in str(n.get("state", "")).upper() for s in ("DOWN", "DRAIN", "FAIL"))]
-        return ", ".join(bad) or nodes
+            return []
+        return [(n["name"], n.get("reason") or "down") for n in info
+                if n["name"] in hosts and any(s in str(n.get("state", "")).upper() for s in ("DOWN", "DRAIN", "FAIL"))]
 
     def cancel(self, ref: AttemptRef) -> None:
         if ref.backend_ref:

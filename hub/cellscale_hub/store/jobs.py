@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timezone
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from cellscale.spec import AttemptView, EventView, JobSpec, JobView, PendingView, Phase
+from cellscale.runtime.jobdir import JobDir
+from cellscale.spec import AttemptView, CheckpointView, EventView, JobSpec, JobView, PendingView, Phase
 from cellscale_hub.lifecycle import check_transition
 from cellscale_hub.store.models import Attempt, Event, Job, utcnow
 
@@ -138,7 +139,7 @@ def job_view(job: Job) -> JobView:
         cluster_queue=job.cluster_queue, flavor=job.flavor, priority=job.priority, borrowed=job.borrowed,
         phase=Phase(job.phase), reason=job.reason, spec=JobSpec.model_validate(job.spec),
         pending=PendingView.model_validate(job.pending) if job.pending and job.phase == Phase.PENDING.value else None,
-        preempting=job.preempt_deadline is not None,
+        preempting=job.preempt_deadline is not None, excluded_nodes=list(job.excluded_nodes or []),
         created_at=job.created_at, updated_at=job.updated_at, started_at=job.started_at,
         finished_at=job.finished_at, cancel_requested=job.cancel_requested,
         result_available=job.result_available,
@@ -151,7 +152,16 @@ def attempt_view(a: Attempt) -> AttemptView:
         number=a.number, backend=a.backend, backend_ref=a.backend_ref, state=a.state, gpu_ids=list(a.gpu_ids or []),
         submitted_at=a.submitted_at, started_at=a.started_at, ended_at=a.ended_at, exit_code=a.exit_code,
         end_reason=a.end_reason, last_heartbeat=a.last_heartbeat, last_checkpoint_at=a.last_checkpoint_at,
+        fault=a.fault, failed_nodes=list(a.failed_nodes or []), last_step=a.last_step,
     )
+
+
+def checkpoint_views(job_dir: JobDir, attempts: Iterable[int]) -> list[CheckpointView]:
+    return [
+        CheckpointView(attempt=n, step=c["step"], url=c["url"], size_bytes=c["size_bytes"],
+                       committed_at=datetime.fromtimestamp(c["wall_time"], timezone.utc), write_s=c["write_s"])
+        for n in attempts for c in job_dir.read_checkpoints(n)
+    ]
 
 
 def event_view(e: Event) -> EventView:

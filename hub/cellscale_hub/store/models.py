@@ -54,6 +54,7 @@ class Job(Base):
     pending: Mapped[dict | None] = mapped_column(JSON)  # why it waits, structured (PendingView)
     preempt_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)  # warned: cancel at this time
     preempt_reason: Mapped[str | None] = mapped_column(Text)
+    excluded_nodes: Mapped[list] = mapped_column(JSON, default=list)  # nodes that failed it: avoided
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     result_available: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
@@ -84,6 +85,10 @@ class Attempt(Base):
     end_reason: Mapped[str | None] = mapped_column(Text)
     last_heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_checkpoint_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    fault: Mapped[str | None] = mapped_column(String(16))  # faults.Fault, when it did not succeed
+    failed_nodes: Mapped[list] = mapped_column(JSON, default=list)
+    last_step: Mapped[int | None] = mapped_column(Integer)
+    resumed_step: Mapped[int | None] = mapped_column(Integer)  # reported by the job once it loaded a checkpoint
 
     job: Mapped[Job] = relationship(back_populates="attempts")
 

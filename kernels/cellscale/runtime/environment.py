@@ -7,14 +7,19 @@ answers a preemption warning.
         if env.preempt_requested():       # warned: the GPUs go to another job soon
             save_checkpoint(step)
             env.stop_for_preemption()     # ends this attempt; the job is requeued
+
+`cellscale.checkpoint.Checkpointer.maybe_save` does all of this (and agrees across ranks).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+_last_report = 0.0
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: the rank stopped because of a preemption warning
 
 
@@ -46,8 +51,42 @@ class JobEnvironment:
     def preempt_requested(self) -> bool:
         """True once this attempt was warned that it will be stopped (a stat: cheap enough
         to call every step)."""
-        return bool(self.job_dir) and (Path(self.job_dir) / "attempts" / str(self.attempt) / "preempt-notice").exists()
+        return bool(self.job_dir) and (self._attempt_dir() / "preempt-notice").exists()
 
     def stop_for_preemption(self) -> None:
         """End this rank after a preemption warning; the job is requeued, not failed."""
         raise Preempted()
+
+    def report_step(self, step: int) -> None:
+        """Rank 0's training step, carried by the node's heartbeat to the control plane (at
+        most once a second: cheap to call every step)."""
+        global _last_report
+        now = time.monotonic()
+        if self.rank != 0 or not self.job_dir or now - _last_report < 1.0:
+            return
+        _last_report = now
+        path = self._attempt_dir() / "progress.json"
+        tmp = path.with_name(f".progress.{os.getpid()}")
+        tmp.write_text(json.dumps({"step": step, "at": time.time()}))
+        os.replace(tmp, path)
+
+    @property
+    def resume_from(self) -> str | None:
+        """The URL of the newest checkpoint an earlier attempt of this job committed (the
+        checkpointer verifies it, and falls back to an older one if it must)."""
+        newest = None
+        for attempt in range(1, self.attempt):
+            log = Path(self.job_dir) / "attempts" / str(attempt) / "checkpoints.jsonl"
+            try:
+                lines = log.read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                try:
+                    newest = json.loads(line)["url"]
+                except (ValueError, KeyError):
+                    continue
+        return newest
+
+    def _attempt_dir(self) -> Path:
+        return Path(self.job_dir) / "attempts" / str(self.attempt)

@@ -109,6 +109,28 @@ class JobDir:
         """Exists once the attempt was warned of preemption (any node's supervisor writes it)."""
         return self.attempt_dir(attempt) / "preempt-notice"
 
+    def read_checkpoints(self, attempt: int) -> list[dict]:
+        """The checkpoints rank 0 committed in this attempt (cellscale.checkpoint's notifier
+        appends one JSON line each), oldest first; a torn last line is skipped."""
+        try:
+            lines = (self.attempt_dir(attempt) / "checkpoints.jsonl").read_text().splitlines()
+        except OSError:
+            return []
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def read_resume(self, attempt: int) -> dict | None:
+        """What the attempt resumed from (written once by cellscale.checkpoint on rank 0)."""
+        try:
+            return json.loads((self.attempt_dir(attempt) / "resume.json").read_text())
+        except (OSError, ValueError):
+            return None
+
     def read_error(self, attempt: int) -> dict | None:
         try:
             return json.loads((self.attempt_dir(attempt) / "error.json").read_text())

@@ -170,10 +170,18 @@ class Supervisor:
             _killpg(child.pid, signal.SIGKILL)
 
     def _heartbeat(self) -> None:
+        """Every few seconds: alive, with rank 0's last reported step."""
         path = self.dir / "heartbeat.json"
         while not self.done.is_set():
-            write_atomic(path, json.dumps({"at": time.time(), "pid": os.getpid()}).encode())
+            beat = {"at": time.time(), "pid": os.getpid(), "step": self._step()}
+            write_atomic(path, json.dumps(beat).encode())
             self.done.wait(HEARTBEAT_SECONDS)
+
+    def _step(self) -> int | None:
+        try:
+            return json.loads((self.job.attempt_dir(self.attempt) / "progress.json").read_text())["step"]
+        except (OSError, ValueError, KeyError):
+            return None
 
 
 @contextmanager

@@ -205,6 +205,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/jobs/{job_id}/checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Checkpoints
+         * @description Checkpoints the job committed, newest first, across its attempts.
+         */
+        get: operations["checkpoints_api_jobs__job_id__checkpoints_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jobs/{job_id}/result": {
         parameters: {
             query?: never;
@@ -379,6 +399,21 @@ export interface components {
             last_heartbeat: string | null;
             /** Last Checkpoint At */
             last_checkpoint_at?: string | null;
+            /**
+             * Fault
+             * @description user_error | infrastructure | timeout | preemption
+             */
+            fault?: string | null;
+            /**
+             * Failed Nodes
+             * @description Nodes blamed for this attempt's end.
+             */
+            failed_nodes?: string[];
+            /**
+             * Last Step
+             * @description The training step rank 0 last reported.
+             */
+            last_step?: number | null;
         };
         /** AuditView */
         AuditView: {
@@ -427,6 +462,30 @@ export interface components {
             sha256: string;
             /** Size */
             size: number;
+        };
+        /**
+         * CheckpointView
+         * @description A checkpoint a job committed (cellscale.checkpoint), as the notebook and panel list it.
+         */
+        CheckpointView: {
+            /** Attempt */
+            attempt: number;
+            /** Step */
+            step: number;
+            /** Url */
+            url: string;
+            /** Size Bytes */
+            size_bytes: number;
+            /**
+             * Committed At
+             * Format: date-time
+             */
+            committed_at: string;
+            /**
+             * Write S
+             * @description Seconds from save() to commit.
+             */
+            write_s: number;
         };
         /** EventView */
         EventView: {
@@ -537,6 +596,7 @@ export interface components {
              * @description Priority class (e.g. low, normal, high); normal when absent.
              */
             priority?: string | null;
+            retries?: components["schemas"]["Retries"];
             /**
              * Env
              * @description Extra environment variables for every rank.
@@ -608,6 +668,11 @@ export interface components {
             reason?: string | null;
             /** @description Why it waits (PENDING jobs). */
             pending?: components["schemas"]["PendingView"] | null;
+            /**
+             * Excluded Nodes
+             * @description Nodes its next attempts avoid.
+             */
+            excluded_nodes?: string[];
             /**
              * Preempting
              * @description Warned of preemption; requeued when its attempt ends.
@@ -791,6 +856,31 @@ export interface components {
              * @description Most leaf switches the nodes may span (topology).
              */
             switches?: number | null;
+        };
+        /**
+         * Retries
+         * @description How many times each class of fault is retried (a new attempt that resumes from the
+         *     newest verified checkpoint). Preemption is always requeued and never counted.
+         */
+        Retries: {
+            /**
+             * Infrastructure
+             * @description Node failures, killed ranks, lost or hung attempts.
+             * @default 3
+             */
+            infrastructure: number;
+            /**
+             * Timeout
+             * @description Attempts that ran past --time.
+             * @default 0
+             */
+            timeout: number;
+            /**
+             * User Error
+             * @description Exceptions in the cell.
+             * @default 0
+             */
+            user_error: number;
         };
         /** SubmitRequest */
         SubmitRequest: {
@@ -1186,6 +1276,37 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["LogChunk"];
                     "text/event-stream": unknown;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    checkpoints_api_jobs__job_id__checkpoints_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckpointView"][];
                 };
             };
             /** @description Validation Error */

@@ -1,4 +1,5 @@
-"""admission: queue, flavor, priority, pending reasons, preemption; tenancy revisions and audit
+"""admission and faults: queue, flavor, priority, pending reasons, preemption, fault classes,
+excluded nodes, steps; tenancy revisions and audit
 
 Revision ID: 0002
 Revises: 0001
@@ -23,9 +24,14 @@ def upgrade() -> None:
         batch.add_column(sa.Column('pending', sa.JSON(), nullable=True))
         batch.add_column(sa.Column('preempt_deadline', UTCDateTime(), nullable=True))
         batch.add_column(sa.Column('preempt_reason', sa.Text(), nullable=True))
+        batch.add_column(sa.Column('excluded_nodes', sa.JSON(), nullable=False, server_default='[]'))
         batch.create_index('ix_jobs_cluster_queue', ['cluster_queue'])
     with op.batch_alter_table('attempts') as batch:
         batch.add_column(sa.Column('last_checkpoint_at', UTCDateTime(), nullable=True))
+        batch.add_column(sa.Column('fault', sa.String(length=16), nullable=True))
+        batch.add_column(sa.Column('failed_nodes', sa.JSON(), nullable=False, server_default='[]'))
+        batch.add_column(sa.Column('last_step', sa.Integer(), nullable=True))
+        batch.add_column(sa.Column('resumed_step', sa.Integer(), nullable=True))
     op.create_table('tenancy_revisions',
         sa.Column('id', sa.Integer(), autoincrement=True, nullable=False),
         sa.Column('at', UTCDateTime(), nullable=False),
@@ -50,8 +56,9 @@ def downgrade() -> None:
     op.drop_table('audit_events')
     op.drop_table('tenancy_revisions')
     with op.batch_alter_table('attempts') as batch:
-        batch.drop_column('last_checkpoint_at')
+        for column in ('resumed_step', 'last_step', 'failed_nodes', 'fault', 'last_checkpoint_at'):
+            batch.drop_column(column)
     with op.batch_alter_table('jobs') as batch:
         batch.drop_index('ix_jobs_cluster_queue')
-        for column in ('preempt_reason', 'preempt_deadline', 'pending', 'borrowed', 'priority', 'flavor', 'cluster_queue'):
+        for column in ('excluded_nodes', 'preempt_reason', 'preempt_deadline', 'pending', 'borrowed', 'priority', 'flavor', 'cluster_queue'):
             batch.drop_column(column)
