@@ -156,7 +156,7 @@ def record_resume(resume: Resume) -> None:
     env = JobEnvironment.current()
     if not env.job_dir or resume.checkpoint is None:
         return
-    report = {"step": resume.checkpoint.step, "url": resume.checkpoint.url,
+    report = {"step": resume.checkpoint.step, "url": resume.checkpoint.url, "at": time.time(),
               "skipped": [s.model_dump() for s in resume.skipped]}
     write_atomic(JobDir(env.job_dir).attempt_dir(env.attempt) / RESUME_REPORT, json.dumps(report).encode())
 
@@ -168,6 +168,11 @@ class _Group:
 
     def __init__(self) -> None:
         distributed = dist.is_available() and dist.is_initialized()
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world > 1 and not distributed:
+            raise CheckpointError(f"this job has {world} ranks but torch.distributed is not initialized: call "
+                                  "torch.distributed.init_process_group() before creating the Checkpointer, so the "
+                                  "ranks write one checkpoint together instead of each its own")
         self.pg = dist.new_group(backend="gloo") if distributed else None
         self.rank = dist.get_rank() if distributed else 0
         self.size = dist.get_world_size() if distributed else 1

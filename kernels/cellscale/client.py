@@ -16,7 +16,9 @@ from collections.abc import Iterator
 import cloudpickle
 import httpx
 
-from cellscale.spec import BackendView, BundleRef, EventView, JobPage, JobSpec, JobView, LogChunk, RenderView, WhoAmI
+from cellscale.spec import (
+    BackendView, BundleRef, CheckpointView, EventView, JobPage, JobSpec, JobView, LogChunk, RenderView, WhoAmI,
+)
 
 RETRYABLE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectTimeout)
 
@@ -96,6 +98,9 @@ class Client:
 
     def events(self, job_id: str, after: int = 0) -> list[EventView]:
         return [EventView.model_validate(e) for e in self._call("GET", f"api/jobs/{job_id}/events", params={"after": after}).json()]
+
+    def checkpoints(self, job_id: str) -> list[CheckpointView]:
+        return [CheckpointView.model_validate(c) for c in self._call("GET", f"api/jobs/{job_id}/checkpoints").json()]
 
     def logs(self, job_id: str, offset: int = 0) -> LogChunk:
         return LogChunk.model_validate(self._call("GET", f"api/jobs/{job_id}/logs", params={"offset": offset}).json())

@@ -7,7 +7,7 @@ import html
 import sys
 from datetime import datetime, timezone
 
-from cellscale.spec import JobView, Phase
+from cellscale.spec import CheckpointView, JobView, Phase
 
 PHASE_COLOURS = {
     Phase.SUCCEEDED: "#1a7f37", Phase.FAILED: "#cf222e", Phase.CANCELLED: "#6e7781",
@@ -31,9 +31,9 @@ def status_line(job: JobView) -> str:
     return " · ".join(p for p in parts if p)
 
 
-def describe(job: JobView) -> str:
-    """`%cluster status ID`: the status line, then where it queues, why it waits, and each
-    attempt with its end reason."""
+def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
+    """`%cluster status ID`: the status line, then where it queues, why it waits, each
+    attempt with its end reason and fault class, and the newest checkpoints."""
     lines = [status_line(job)]
     where = f"queue {job.queue} → cluster queue {job.cluster_queue or '?'}, priority {job.priority}"
     if job.flavor:
@@ -48,8 +48,28 @@ def describe(job: JobView) -> str:
             lines.append(f"  estimated start: {_clock(p.estimated_start)} (if the jobs ahead run to their time limits)")
     for a in job.attempts:
         end = f": {a.end_reason}" if a.end_reason else ""
-        lines.append(f"  attempt {a.number} on {a.backend}: {a.state.value.lower()}{end}")
+        fault = f" [{a.fault.replace('_', ' ')}]" if a.fault else ""
+        step = f", step {a.last_step}" if a.last_step is not None else ""
+        lines.append(f"  attempt {a.number} on {a.backend}{step}: {a.state.value.lower()}{fault}{end}")
+    if job.excluded_nodes:
+        lines.append(f"  avoiding nodes: {', '.join(job.excluded_nodes)}")
+    for c in list(checkpoints)[:5]:
+        lines.append(f"  checkpoint step {c.step} ({_size(c.size_bytes)}, attempt {c.attempt}, "
+                     f"{_age(c.committed_at)} ago): {c.url}")
     return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def _age(at: datetime) -> str:
+    seconds = max(0, int((datetime.now(timezone.utc) - at).total_seconds()))
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min"
 
 
 def _clock(at: datetime) -> str:

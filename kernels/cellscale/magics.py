@@ -172,7 +172,7 @@ class ClusterMagics(Magics):
         raise MagicUsageError(f"unknown %cluster command {verb!r}: use list, status, attach, logs or cancel")
 
     def _print_status(self, job_id: str) -> None:
-        print(describe(self.client.get(job_id)))
+        print(describe(self.client.get(job_id), self.client.checkpoints(job_id)))
         for event in self.client.events(job_id)[-10:]:
             change = f"{event.from_phase or ''} → {event.to_phase}" if event.to_phase else event.kind
             print(f"  {event.at:%H:%M:%S} {change} {event.reason or ''} {event.message or ''}".rstrip())

@@ -22,9 +22,12 @@ EXPECTED = 4 * STEPS * (STEPS + 1) / 2  # w (4 elements) += step for step in 1..
 # checkpoints and stops on a preemption warning, resumes from the newest verified checkpoint.
 TRAIN = f"""
 import os, time, torch
+import torch.distributed as dist
 from cellscale.checkpoint import Checkpointer
 from cellscale.runtime import JobEnvironment
 env = JobEnvironment.current()
+if env.world_size > 1:
+    dist.init_process_group("gloo")
 ckpt = Checkpointer(os.environ["CKPT_URL"], keep=3)
 state = {{"w": torch.zeros(4), "step": torch.tensor(0)}}
 ckpt.load(state)

@@ -11,12 +11,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import cloudpickle
 import pytest
 
 from cellscale.spec import Phase
 from cellscale_hub.drivers.slurm import SlurmDriver
 from cellscale_hub.store import Store
 from tests.controlplane.conftest import Plane, two_desks
+from tests.controlplane.test_faults import EXPECTED as TRAIN_TOTAL
+from tests.controlplane.test_faults import TRAIN
 
 pytestmark = pytest.mark.integration
 
@@ -84,10 +87,12 @@ def test_switches_keep_the_gang_under_one_leaf(slurm_plane, slurm_cluster):
     assert nodes in ("node[1-2]", "node[3-4]"), nodes
 
 
-def test_a_node_downed_mid_run_is_recorded_with_its_reason(slurm_plane, slurm_cluster):
-    cell = "import time\nfor i in range(120):\n    print('tick', i, flush=True)\n    time.sleep(1)\n"
-    job = slurm_plane.submit("alice", source=cell, resources={"nodes": 2, "gpus_per_node": 1}).json()
-    running = slurm_plane.run_until(job["id"], {Phase.RUNNING}, timeout=180)
+def test_a_node_downed_mid_run_is_excluded_and_the_job_resumes_to_the_same_result(slurm_plane, slurm_cluster):
+    ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=slurm_cluster.jobs_dir))
+    ckpt.chmod(0o777)  # the job runs as alice
+    job = slurm_plane.submit("alice", source=TRAIN, launcher="torchrun", outputs=["total"],
+                             resources={"nodes": 2, "gpus_per_node": 1}, env={"CKPT_URL": str(ckpt)}).json()
+    running = wait_for_step(slurm_plane, job["id"], 8)
     slurm_id = running["attempts"][0]["backend_ref"]
     node = subprocess.run(["squeue", "-h", "-j", slurm_id, "-o", "%N"], env=slurm_cluster.env, capture_output=True,
                           text=True, check=True).stdout.strip()
@@ -96,15 +101,41 @@ def test_a_node_downed_mid_run_is_recorded_with_its_reason(slurm_plane, slurm_cl
     subprocess.run(["scontrol", "update", f"nodename={victim}", "state=down", "reason=cellscale-fault-test"],
                    env=slurm_cluster.env, check=True)
     try:
-        done = slurm_plane.run_until(job["id"], TERMINAL, timeout=180)
+        done = slurm_plane.run_until(job["id"], TERMINAL, timeout=300)
     finally:
         subprocess.run(["scontrol", "update", f"nodename={victim}", "state=resume"], env=slurm_cluster.env, check=True)
-    attempt = done["attempts"][0]
-    assert done["phase"] == "FAILED" and "node failure" in done["reason"]
-    assert f"{victim} (cellscale-fault-test)" in attempt["end_reason"]
+    text = logs(slurm_plane, job["id"])
+    assert done["phase"] == "SUCCEEDED", text
+    result = slurm_plane.http.get(f"/api/jobs/{job['id']}/result", headers=slurm_plane.as_("alice"))
+    assert cloudpickle.loads(result.content) == {"total": TRAIN_TOTAL}  # as if the node never failed
+    first, second = done["attempts"][:2]
+    assert first["fault"] == "infrastructure" and first["failed_nodes"] == [victim]
+    assert f"{victim} (cellscale-fault-test)" in first["end_reason"]
+    assert done["excluded_nodes"] == [victim]
+    script = (Path(slurm_plane.jobs_root) / job["id"] / "attempts" / str(second["number"]) / "job.sbatch").read_text()
+    assert f"#SBATCH --exclude={victim}" in script
+    assert victim not in sacct(slurm_cluster, second["backend_ref"])["nodes"]
     events = slurm_plane.http.get(f"/api/jobs/{job['id']}/events", headers=slurm_plane.as_("alice")).json()
-    assert any("cellscale-fault-test" in (e["message"] or "") for e in events)
+    assert any(e["reason"] == "Retrying" and "infrastructure 1 of 3" in (e["message"] or "") for e in events)
+    assert any(e["reason"] == "Resumed" for e in events)
     _wait_idle(slurm_cluster, victim)
+
+
+def test_a_killed_rank_on_slurm_is_retried_and_resumes_to_the_same_result(slurm_plane, slurm_cluster):
+    ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=slurm_cluster.jobs_dir))
+    ckpt.chmod(0o777)
+    job = slurm_plane.submit("alice", source=TRAIN, launcher="torchrun", outputs=["total"],
+                             resources={"nodes": 2, "gpus_per_node": 1}, env={"CKPT_URL": str(ckpt)}).json()
+    wait_for_step(slurm_plane, job["id"], 8)
+    job_dir = Path(slurm_plane.jobs_root) / job["id"]
+    ranks = subprocess.run(["pgrep", "-f", f"cellscale.runtime.cell {job_dir} 1"], capture_output=True, text=True).stdout
+    subprocess.run(["kill", "-KILL", ranks.split()[-1]], check=True)  # one rank of the gang dies
+    done = slurm_plane.run_until(job["id"], TERMINAL, timeout=300)
+    assert done["phase"] == "SUCCEEDED", logs(slurm_plane, job["id"])
+    result = slurm_plane.http.get(f"/api/jobs/{job['id']}/result", headers=slurm_plane.as_("alice"))
+    assert cloudpickle.loads(result.content) == {"total": TRAIN_TOTAL}
+    assert [a["fault"] for a in done["attempts"]] == ["infrastructure", None]
+    assert done["excluded_nodes"] == []  # a dead process is not a dead node
 
 
 def test_a_gang_no_partition_can_hold_is_refused_at_submit(slurm_plane):
@@ -121,6 +152,18 @@ def test_cancel_reaches_slurm(slurm_plane, slurm_cluster):
     done = slurm_plane.run_until(job["id"], TERMINAL, timeout=120)
     assert done["phase"] == "CANCELLED"
     assert sacct(slurm_cluster, running["attempts"][0]["backend_ref"])["state"]["current"] in ("CANCELLED", ["CANCELLED"])
+
+
+def wait_for_step(plane, job_id, step, timeout=240):
+    """Until rank 0 reports `step` (it rides the nodes' heartbeats)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        plane.controller.cycle()
+        job = plane.http.get(f"/api/jobs/{job_id}", headers=plane.as_("admin")).json()
+        if job["attempts"] and (job["attempts"][-1]["last_step"] or 0) >= step:
+            return job
+        time.sleep(0.5)
+    raise AssertionError(f"{job_id} never reported step {step}")
 
 
 def _wait_idle(cluster, node, timeout=60):

@@ -3,7 +3,7 @@
 from datetime import datetime, timedelta, timezone
 
 from cellscale.display import describe, status_line
-from cellscale.spec import AheadView, AttemptState, AttemptView, JobSpec, JobView, PendingView, Phase
+from cellscale.spec import AheadView, AttemptState, AttemptView, CheckpointView, JobSpec, JobView, PendingView, Phase
 
 NOW = datetime.now(timezone.utc)
 
@@ -37,3 +37,16 @@ def test_preempted_attempt_and_warning_show():
     text = describe(running)
     assert "admitted on slurm (8 GPUs borrowed)" in text
     assert "attempt 1 on slurm: cancelled: preempted: preempted to return 8 borrowed" in text
+
+
+def test_attempts_show_fault_class_step_and_checkpoints():
+    failed = AttemptView(number=1, backend="slurm", backend_ref="7", state=AttemptState.FAILED, gpu_ids=[],
+                         submitted_at=NOW, started_at=NOW, ended_at=NOW, exit_code=1, last_heartbeat=None,
+                         end_reason="node failure: node3 (down)", fault="infrastructure", failed_nodes=["node3"],
+                         last_step=41)
+    checkpoint = CheckpointView(attempt=1, step=40, url="s3://ckpt/step-40", size_bytes=3 * 2**20,
+                                committed_at=NOW - timedelta(minutes=5), write_s=1.5)
+    text = describe(job(phase=Phase.RUNNING, attempts=[failed], excluded_nodes=["node3"]), [checkpoint])
+    assert "attempt 1 on slurm, step 41: failed [infrastructure]: node failure: node3 (down)" in text
+    assert "avoiding nodes: node3" in text
+    assert "checkpoint step 40 (3.0 MB, attempt 1, 5 min ago): s3://ckpt/step-40" in text

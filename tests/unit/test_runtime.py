@@ -52,3 +52,20 @@ def test_one_gpu_per_rank_when_there_is_one_per_rank():
     assert visible_devices("4,5", 1, 2) == "5"
     assert visible_devices("4,5,6", 1, 2) == "4,5,6"
     assert visible_devices("", 0, 1) == ""
+
+
+def test_a_survivors_error_after_a_lost_peer_is_not_a_user_error(tmp_path):
+    from cellscale.runtime.cell import lost_a_peer, record_error
+    from cellscale.runtime.jobdir import JobDir
+
+    gloo = RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:38807. This is typically caused by a "
+                        "remote worker crashing.")
+    assert lost_a_peer(gloo) and not lost_a_peer(ValueError("learning rate is negative"))
+    job = JobDir(tmp_path)
+    job.attempt_dir(1).mkdir(parents=True)
+    record_error(job, 1, gloo)
+    assert job.read_error(1)["kind"] == "peer_lost"
+    record_error(job, 1, ValueError("learning rate is negative"))  # the real cause replaces it
+    assert job.read_error(1)["kind"] == "exception" and "learning rate" in job.read_error(1)["summary"]
+    record_error(job, 1, gloo)  # but never the other way round
+    assert job.read_error(1)["kind"] == "exception"

@@ -33,12 +33,28 @@ def save_outputs(job: JobDir, namespace: dict[str, object], names: list[str]) ->
     write_atomic(job.result, cloudpickle.dumps({name: namespace[name] for name in names}))
 
 
+# What a collective raises on the survivors when a peer rank dies: a consequence of someone
+# else's fault, not an error in the cell.
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote process exited",
+             "NCCL communicator was aborted", "Broken pipe")
+
+
+def lost_a_peer(exc: BaseException) -> bool:
+    dist = getattr(sys.modules.get("torch"), "distributed", None)
+    kinds = tuple(k for k in (getattr(dist, "DistNetworkError", None), getattr(dist, "DistBackendError", None)) if k)
+    return (bool(kinds) and isinstance(exc, kinds)) or any(marker in str(exc) for marker in PEER_LOST)
+
+
 def record_error(job: JobDir, attempt: int, exc: BaseException) -> None:
+    """The first failing rank explains the failure, except that an error in the cell
+    replaces a survivor's report of a lost peer (it says more)."""
     rank = os.environ.get("RANK", "0")
-    summary = f"rank {rank}: {type(exc).__name__}: {exc}"
+    kind = "peer_lost" if lost_a_peer(exc) else "exception"
     path = job.attempt_dir(attempt) / "error.json"
-    if not path.exists():  # the first failing rank explains the failure
-        write_atomic(path, json.dumps({"rank": int(rank), "summary": summary}).encode())
+    earlier = job.read_error(attempt)
+    if earlier is None or (earlier.get("kind") == "peer_lost" and kind == "exception"):
+        summary = f"rank {rank}: {type(exc).__name__}: {exc}"
+        write_atomic(path, json.dumps({"rank": int(rank), "summary": summary, "kind": kind}).encode())
 
 
 def main(argv: list[str]) -> int:

@@ -127,6 +127,8 @@ class Supervisor:
         if self.job.preempt_notice(self.attempt).exists():  # torchrun turns a rank's exit code into 1
             return ExitRecord(code=code, reason="preempted", message="stopped after the preemption warning")
         error = self.job.read_error(self.attempt)
+        if error and error.get("kind") == "peer_lost":
+            return ExitRecord(code=code, reason="failed", message=f"a rank was lost ({error.get('summary')})")
         if error:
             return ExitRecord(code=code, reason="user_error", message=error.get("summary"))
         return ExitRecord(code=code, reason="failed", message=f"a rank exited with status {code}")
