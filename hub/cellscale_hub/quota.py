@@ -72,6 +72,17 @@ def history(session: Session, now: datetime, half_life_s: float) -> dict[str, fl
     return {cq: average_gpus(value, half_life_s) for cq, value in decayed.items()}
 
 
+def node_faults(session: Session, since: datetime) -> dict[str, list[tuple[str, datetime]]]:
+    """node -> (job, when) for each infrastructure fault that blamed it since `since`."""
+    query = (select(Attempt.job_id, Attempt.failed_nodes, Attempt.ended_at)
+             .where(Attempt.fault == "infrastructure", Attempt.ended_at > since))
+    found: dict[str, list[tuple[str, datetime]]] = defaultdict(list)
+    for job_id, nodes, ended in session.execute(query):
+        for node in nodes or []:
+            found[node].append((job_id, ended))
+    return found
+
+
 def gpu_hours(session: Session, now: datetime) -> dict[str, float]:
     query = (select(Job.cluster_queue, Job.gpus, Attempt.started_at, Attempt.ended_at)
              .join(Attempt, Attempt.job_id == Job.id).where(Attempt.started_at.is_not(None)))

@@ -77,3 +77,22 @@ def test_admin_page_needs_a_session_and_an_admin(plane):
     page = plane.http.get("/admin", headers=plane.as_("admin"))
     assert page.status_code == 200 and "cellscale admin" in page.text
     assert "default-src 'self'" in page.headers["content-security-policy"]
+
+
+def test_nodes_blamed_for_faults_are_flagged_to_admins(plane):
+    from datetime import timedelta
+
+    from cellscale_hub.store.models import Attempt, Job, utcnow
+
+    with plane.store.session() as session:
+        for i, nodes in enumerate((["node3"], ["node3", "node1"], ["node2"])):
+            job = Job(id=f"cs-00000000000{i}", idempotency_key=str(i), owner="alice", tenant="desk-a", queue="default",
+                      backend="local", name="cell", spec={"source": "pass"}, phase="RUNNING")
+            job.attempts.append(Attempt(number=1, backend="local", state="FAILED", fault="infrastructure",
+                                        failed_nodes=nodes, ended_at=utcnow() - timedelta(hours=i)))
+            session.add(job)
+    assert plane.http.get("/api/admin/nodes", headers=plane.as_("alice")).status_code == 403
+    nodes = plane.http.get("/api/admin/nodes", headers=plane.as_("admin")).json()
+    assert [(n["node"], n["faults"], n["flagged"]) for n in nodes] == [("node3", 2, True), ("node1", 1, False),
+                                                                        ("node2", 1, False)]
+    assert nodes[0]["jobs"] == ["cs-000000000000", "cs-000000000001"]

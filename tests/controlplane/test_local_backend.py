@@ -94,6 +94,9 @@ def test_cancel_stops_the_processes(plane):
     assert plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice")).status_code == 200
     done = plane.run_until(job["id"], TERMINAL, timeout=60)
     assert done["phase"] == "CANCELLED"
+    deadline = time.monotonic() + 10  # it writes its exit record, then exits
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not _alive(pid)
 
 

@@ -3,7 +3,7 @@ audit log; quota and weight edits, validated as a whole. Hub admins only."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,6 +19,7 @@ from cellscale_hub.store.models import utcnow
 from cellscale_hub.tenancy import Quota, Tenancy
 
 STATIC = Path(__file__).with_name("static")
+NODE_FAULT_FLAG = 2  # faults within the window that flag a node to admins
 
 
 def require_admin(who: Principal = Depends(principal)) -> Principal:
@@ -53,6 +54,14 @@ class QuotaUpdate(Quota):
 
 class WeightUpdate(BaseModel):
     weight: float = Field(gt=0, le=1000)
+
+
+class NodeFaults(BaseModel):
+    node: str
+    faults: int = Field(description="Infrastructure faults of jobs that blamed this node.")
+    jobs: list[str]
+    last_at: datetime
+    flagged: bool = Field(description="At or above the threshold: an admin should look at it.")
 
 
 class AuditView(BaseModel):
@@ -98,6 +107,15 @@ def routes(router: APIRouter) -> None:
     def set_cohort_weight(name: str, body: WeightUpdate, who: Admin, ctx: Ctx) -> TenancyView:
         _change(ctx, who, "set-weight", f"cohorts/{name}/weight", _set_weight("cohorts", name, body.weight))
         return tenancy_view(who, ctx)
+
+    @router.get("/admin/nodes", response_model=list[NodeFaults])
+    def node_faults(who: Admin, ctx: Ctx, days: Annotated[int, Query(ge=1, le=90)] = 7) -> list[NodeFaults]:
+        """Nodes blamed for jobs' infrastructure faults, most faults first."""
+        with ctx.store.session() as session:
+            found = quota.node_faults(session, utcnow() - timedelta(days=days))
+        return [NodeFaults(node=node, faults=len(hits), jobs=sorted({job for job, _ in hits}),
+                           last_at=max(at for _, at in hits), flagged=len(hits) >= NODE_FAULT_FLAG)
+                for node, hits in sorted(found.items(), key=lambda item: (-len(item[1]), item[0]))]
 
     @router.get("/admin/audit", response_model=list[AuditView])
     def audit(who: Admin, ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> list[AuditView]:

@@ -330,6 +330,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/admin/nodes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Node Faults
+         * @description Nodes blamed for jobs' infrastructure faults, most faults first.
+         */
+        get: operations["node_faults_api_admin_nodes_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/admin/audit": {
         parameters: {
             query?: never;
@@ -723,6 +743,28 @@ export interface components {
              * @description The job has ended and nothing more will be written.
              */
             complete: boolean;
+        };
+        /** NodeFaults */
+        NodeFaults: {
+            /** Node */
+            node: string;
+            /**
+             * Faults
+             * @description Infrastructure faults of jobs that blamed this node.
+             */
+            faults: number;
+            /** Jobs */
+            jobs: string[];
+            /**
+             * Last At
+             * Format: date-time
+             */
+            last_at: string;
+            /**
+             * Flagged
+             * @description At or above the threshold: an admin should look at it.
+             */
+            flagged: boolean;
         };
         /**
          * PendingView
@@ -1496,6 +1538,37 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TenancyView"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    node_faults_api_admin_nodes_get: {
+        parameters: {
+            query?: {
+                days?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeFaults"][];
                 };
             };
             /** @description Validation Error */

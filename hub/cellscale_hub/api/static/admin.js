@@ -156,6 +156,15 @@ function renderAudit(events) {
     el("td", { text: `${e.action} ${e.target}` }), auditValue(e.before), auditValue(e.after))));
 }
 
+function renderNodes(nodes) {
+  const rows = nodes.length ? nodes.map((n) => el("tr", { "data-node": n.node },
+    el("td", { text: n.node }), el("td", { text: String(n.faults) }), el("td", { text: n.jobs.join(", ") }),
+    el("td", { text: new Date(n.last_at).toLocaleString() }),
+    el("td", { text: n.flagged ? "repeated faults: check this node" : "" })))
+    : [el("tr", {}, el("td", { colspan: "5", class: "muted", text: "no node faults" }))];
+  document.getElementById("nodes").replaceChildren(...rows);
+}
+
 // The periodic refresh re-renders every input: skip it while an edit is in progress (an
 // input has focus or holds a value not saved yet), also when the edit began during the fetch.
 const editing = () => (document.activeElement && document.activeElement.tagName === "INPUT") ||
@@ -163,13 +172,14 @@ const editing = () => (document.activeElement && document.activeElement.tagName 
 
 async function load({ refresh = false } = {}) {
   try {
-    const [view, events] = await Promise.all([api("tenancy"), api("audit?limit=100")]);
+    const [view, events, nodes] = await Promise.all([api("tenancy"), api("audit?limit=100"), api("nodes")]);
     if (refresh && editing()) return;
     document.getElementById("settings").textContent =
       `fair-share half-life ${view.fair_share_half_life_s} s · preemption grace ${view.preemption_grace_s} s`;
     renderTree(view.tenancy);
     renderQuotas(view);
     renderAudit(events);
+    renderNodes(nodes);
   } catch (err) {
     show("error", `could not load: ${err.message}`);
   }
