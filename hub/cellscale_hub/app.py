@@ -65,6 +65,8 @@ class ControlPlane(Application):
         replaces what admins changed since.""").tag(config=True)
     preemption_grace = Float(30.0, help="""Seconds between a preemption warning (SIGUSR1 to the job) and
         its stop: the time a victim has to checkpoint.""").tag(config=True)
+    heartbeat_timeout = Float(60.0, help="""Seconds without a heartbeat from any node of a running attempt
+        before it counts as hung (an infrastructure fault: stopped and retried).""").tag(config=True)
     fair_share_half_life = Float(3600.0, help="""Seconds after which past GPU use counts half in fair share;
         0: only current use counts.""").tag(config=True)
     personal = Bool(False, help="Run as a personal control plane: no hub, one user, a static token.").tag(config=True)
@@ -158,7 +160,8 @@ class ControlPlane(Application):
         drivers = self.make_drivers()
         tenancy = self.make_tenancy(store, drivers)
         controller = Controller(store, drivers, jobs_root, bundles_root, tenancy, interval=self.poll_interval,
-                                preemption_grace_s=self.preemption_grace, fair_share_half_life_s=self.fair_share_half_life)
+                                preemption_grace_s=self.preemption_grace, fair_share_half_life_s=self.fair_share_half_life,
+                                heartbeat_timeout_s=self.heartbeat_timeout)
         sock = self.listen_socket()
         if self.personal:
             token = secrets.token_urlsafe(32)

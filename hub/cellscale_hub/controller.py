@@ -121,7 +121,11 @@ class Controller:
         out = {}
         for flavor, spec in tenancy.flavors.items():
             driver = self.drivers.get(spec.backend)
-            out[flavor] = driver.capacity().capacity_gpus if driver else 0
+            try:
+                out[flavor] = driver.capacity().capacity_gpus if driver else 0
+            except Exception:  # admission goes on for the other backends
+                log.exception("backend %s did not report its capacity; nothing is admitted on it now", spec.backend)
+                out[flavor] = 0
         return out
 
     def admit(self) -> list[tuple[Job, Attempt]]:
@@ -197,7 +201,7 @@ class Controller:
         """Write each waiting job's reason only when it changed (most cycles change none)."""
         if not decision.pending:
             return
-        current = dict(session.execute(select(Job.id, Job.pending).where(Job.id.in_(list(decision.pending)))).all())
+        current = dict(session.execute(select(Job.id, Job.pending).where(Job.phase == Phase.PENDING.value)).all())
         for job_id, reason in decision.pending.items():
             view = quota.pending_view(reason).model_dump(mode="json")
             if current.get(job_id) != view:
