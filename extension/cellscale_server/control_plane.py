@@ -66,7 +66,8 @@ class ControlPlane:
     async def get_json(self, path: str, params: Mapping[str, str] | None = None):
         response = await self.request("GET", path, params)
         if response.status_code != 200:
-            raise ControlPlaneError(response.status_code, response.content, _detail(response.status_code, response.content))
+            status, body = response.status_code, response.content
+            raise ControlPlaneError(status, body, _detail(status, body))
         return response.json()
 
     async def follow_logs(self, job_id: str, offset: int) -> AsyncIterator[dict]:

@@ -3,7 +3,7 @@ feed over a websocket. Every route requires an authenticated Jupyter user.
 
     GET  /cellscale/api/whoami | quota                  relayed as they are
     GET  /cellscale/api/jobs?scope&phase&name&limit&cursor
-    GET  /cellscale/api/jobs/ID[/events?after | /checkpoints | /render]
+    GET  /cellscale/api/jobs/ID[/events?after | /checkpoints | /render | /logs?offset&max_bytes]
     POST /cellscale/api/jobs/ID/cancel
     WS   /cellscale/api/jobs/ws?scope&phase&name&limit  a JobPage each time the list changes
     WS   /cellscale/api/jobs/ID/logs/ws?offset          LogChunks as the job writes them
@@ -42,7 +42,8 @@ def _job_id(job_id: str) -> str:
 
 def _query(handler: web.RequestHandler, names: tuple[str, ...]) -> dict[str, str]:
     """Only the query arguments a route knows are forwarded; each at most once."""
-    return {name: handler.get_query_argument(name) for name in names if handler.get_query_argument(name, None) is not None}
+    given = {name: handler.get_query_argument(name, None) for name in names}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 class _Relay(APIHandler):
@@ -90,9 +91,10 @@ class JobHandler(_Relay):
 
 
 class JobPartHandler(_Relay):
-    """events (after=), checkpoints and render: read-only parts of one job."""
+    """events (after=), checkpoints, render and one slice of the log (never follow=: the
+    websocket follows): read-only parts of one job."""
 
-    QUERY = {"events": ("after",), "checkpoints": (), "render": ()}
+    QUERY = {"events": ("after",), "checkpoints": (), "render": (), "logs": ("offset", "max_bytes")}
 
     @web.authenticated
     async def get(self, job_id: str, part: str) -> None:
@@ -202,7 +204,7 @@ def handlers(app: CellscaleServerApp) -> list[tuple]:
         (f"{base}/jobs", JobsHandler, kw),
         (f"{base}/jobs/ws", JobsFeed, kw),  # before the job route, whose id pattern would take "ws"
         (f"{base}/jobs/{JOB}", JobHandler, kw),
-        (f"{base}/jobs/{JOB}/(?P<part>events|checkpoints|render)", JobPartHandler, kw),
+        (f"{base}/jobs/{JOB}/(?P<part>events|checkpoints|render|logs)", JobPartHandler, kw),
         (f"{base}/jobs/{JOB}/cancel", CancelHandler, kw),
         (f"{base}/jobs/{JOB}/logs/ws", LogsFeed, kw),
     ]

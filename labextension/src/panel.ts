@@ -1,113 +1,102 @@
 /**
- * The side panel: a stack of small views, each owning one part of the DOM and one API call.
- * Jobs, logs and quota views join `WhoAmIView` by `addWidget` in `CellscalePanel`.
+ * The side panel: a stack of small views, each owning one part of the DOM and its calls.
+ * You (whoami), the desk's quota, the job list (live), and the chosen job's detail (live).
+ * Feeds run only while the panel is shown.
  */
 import { Panel, Widget } from '@lumino/widgets';
 
-import { ApiError, WhoAmI, whoami } from './api';
-import { describeUser } from './format';
 import { cellscaleIcon } from './icon';
+import { PanelView } from './panel-view';
+import { JobDetailView } from './views/detail';
+import { button } from './views/dom';
+import { JobsView } from './views/jobs';
+import { QuotaView } from './views/quota';
+import { WhoAmIView } from './views/whoami';
 
-/** One view of the panel: `refresh()` fetches and renders; errors are shown in place. */
-export abstract class PanelView extends Widget {
-  constructor(title: string) {
-    super();
-    this.addClass('jp-cellscale-view');
-    const heading = document.createElement('h3');
-    heading.className = 'jp-cellscale-view-title';
-    heading.textContent = title;
-    this.body = document.createElement('div');
-    this.body.className = 'jp-cellscale-view-body';
-    this.node.append(heading, this.body);
-  }
+export { PanelView } from './panel-view';
 
-  abstract refresh(): Promise<void>;
-
-  protected showError(error: unknown): void {
-    const p = document.createElement('p');
-    p.className = 'jp-cellscale-error';
-    p.textContent =
-      error instanceof ApiError
-        ? `${error.message} (HTTP ${error.status})`
-        : `cannot reach cellscale: ${(error as Error)?.message ?? error}`;
-    this.body.replaceChildren(p);
-  }
-
-  protected readonly body: HTMLDivElement;
-}
-
-/** Who the control plane thinks you are: user, desk, queues. */
-export class WhoAmIView extends PanelView {
-  constructor(private readonly fetch: () => Promise<WhoAmI> = whoami) {
-    super('You');
-    this.addClass('jp-cellscale-whoami');
-  }
-
-  async refresh(): Promise<void> {
-    try {
-      this.render(await this.fetch());
-    } catch (error) {
-      this.showError(error);
-    }
-  }
-
-  private render(who: WhoAmI): void {
-    const rows: [string, string][] = [
-      ['user', who.user + (who.admin ? ' (admin)' : '')],
-      ['desk', who.tenant ?? '—'],
-      ['queues', who.queues.join(', ') || '—']
-    ];
-    const dl = document.createElement('dl');
-    dl.className = 'jp-cellscale-facts';
-    dl.title = describeUser(who);
-    for (const [key, value] of rows) {
-      const dt = document.createElement('dt');
-      dt.textContent = key;
-      const dd = document.createElement('dd');
-      dd.textContent = value;
-      dd.dataset.field = key;
-      dl.append(dt, dd);
-    }
-    this.body.replaceChildren(dl);
+export namespace CellscalePanel {
+  export interface IOptions {
+    /** Insert `%cluster attach ID` into the active notebook; returns what it did, in words. */
+    attach: (jobId: string) => string;
   }
 }
 
 export class CellscalePanel extends Panel {
-  constructor() {
+  constructor(options: CellscalePanel.IOptions) {
     super();
     this.id = 'cellscale-panel';
     this.addClass('jp-cellscale-panel');
     this.title.icon = cellscaleIcon;
-    this.title.caption = 'cellscale';
+    this.title.caption = 'cellscale: jobs, logs and quota';
+    this.node.setAttribute('aria-label', 'cellscale');
 
     const header = new Widget();
     header.addClass('jp-cellscale-header');
     const name = document.createElement('h2');
     name.textContent = 'cellscale';
-    const refresh = document.createElement('button');
-    refresh.className = 'jp-cellscale-refresh jp-mod-styled';
-    refresh.textContent = 'Refresh';
-    refresh.title = 'Ask the control plane again';
-    refresh.addEventListener('click', () => void this.refresh());
-    header.node.append(name, refresh);
+    header.node.append(
+      name,
+      button('Refresh', () => void this.refresh(), {
+        title: 'Ask the control plane again',
+        className: 'jp-cellscale-refresh'
+      })
+    );
     this.addWidget(header);
 
-    this.views = [new WhoAmIView()];
+    this.whoami = new WhoAmIView();
+    this.quota = new QuotaView();
+    this.detail = new JobDetailView({ whoami: () => this.whoami.who, attach: options.attach });
+    this.jobs = new JobsView({
+      onSelect: job => {
+        this.detail.open(job);
+        this.detail.node.scrollIntoView({ block: 'start', behavior: 'smooth' });
+      },
+      onPage: page => {
+        const shown = page.items.find(job => job.id === this.detail.job?.id);
+        if (shown) {
+          this.detail.setJob(shown);
+        }
+        this.quotaSoon();
+      }
+    });
+    this.views = [this.whoami, this.quota, this.jobs, this.detail];
     this.views.forEach(view => this.addWidget(view));
   }
 
-  /** Refresh every view; they fail independently. */
+  /** Refresh every view now; they fail independently. */
   async refresh(): Promise<void> {
-    await Promise.all(this.views.map(view => view.refresh()));
+    const views = this.views.filter(view => view !== this.detail || this.detail.job);
+    await Promise.all(views.map(view => view.refresh().catch(() => undefined)));
   }
 
   protected onAfterShow(): void {
     if (!this.loaded) {
       this.loaded = true;
-      void this.refresh();
+      void this.whoami.refresh();
     }
+    this.quota.poller.start();
+    this.jobs.start();
+    this.detail.start();
   }
 
+  protected onAfterHide(): void {
+    this.quota.poller.stop();
+    this.jobs.stop();
+    this.detail.stop();
+  }
+
+  /** The list changed: jobs were admitted or ended, so the quota did too (once per burst). */
+  private quotaSoon(): void {
+    clearTimeout(this.quotaTimer);
+    this.quotaTimer = setTimeout(() => void this.quota.refresh().catch(() => undefined), 500);
+  }
+
+  private readonly whoami: WhoAmIView;
+  private readonly quota: QuotaView;
+  private readonly jobs: JobsView;
+  private readonly detail: JobDetailView;
   private readonly views: PanelView[];
   private loaded = false;
+  private quotaTimer: ReturnType<typeof setTimeout> | undefined;
 }

@@ -1,7 +1,8 @@
 """One real JupyterHub for all integration tests (with the control plane as its managed
 service, configurable-http-proxy from npm, and real user servers), started once per session.
 
-Fixtures: `hub` (URLs, admin API, state dir), `token(user)`, `server(user)`, `kernel(user)`.
+Fixtures: `hub` (URLs, admin API, state dir), `token(user)`, `server(user)`, `kernel(user)`,
+`browser` (headless Debian Chromium through Playwright; screenshots go to ARTIFACTS).
 """
 
 from __future__ import annotations
@@ -27,8 +28,16 @@ from tests.integration.slurm_fixtures import slurm_cluster  # noqa: F401 - a ses
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = Path(__file__).with_name("jupyterhub_test_config.py")
 USER_SCOPES = ["custom:cellscale:submit", "custom:cellscale:read", "access:services!service=cellscale"]
+CHROMIUM = Path("/usr/bin/chromium")
+PASSWORD = os.environ.get("CELLSCALE_DEMO_PASSWORD", "cellscale-demo")  # the demo users' (config/jupyterhub_config.py)
+ARTIFACTS = Path(os.environ.get("CELLSCALE_ARTIFACTS", ROOT / "test-artifacts"))
 
 pytestmark = pytest.mark.integration
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - reported by the fixture below
+    sync_playwright = None
 
 
 def free_port() -> int:
@@ -166,6 +175,23 @@ def kernel(hub, token, server):
     yield open_kernel
     for k in kernels:
         k.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium (never `playwright install`: it downloads a browser of its own)."""
+    missing = "playwright (the test extra)" if sync_playwright is None else \
+        "Debian's chromium (scripts/test installs it)" if not CHROMIUM.exists() else None
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"the browser test needs {missing}")
+        pytest.skip(f"the browser test needs {missing}")
+    expect.set_options(timeout=20_000)  # two shared cores: the OAuth round trip can be slow
+    with sync_playwright() as p:
+        # root has no user namespaces for Chromium's sandbox
+        the_browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"])
+        yield the_browser
+        the_browser.close()
 
 
 def api(hub: Hub, token: str) -> httpx.Client:

@@ -1,6 +1,7 @@
 # A hub configuration from config/ (the demo's by default; CELLSCALE_TEST_HUB_BASE picks
 # another), plus an admin service whose token the tests use to create users' tokens and
 # start their servers.
+import json
 import os
 from pathlib import Path
 
@@ -13,3 +14,11 @@ c.JupyterHub.load_roles.append(
     {"name": "test-admin", "services": ["test-admin"], "scopes": ["admin:users", "admin:servers", "tokens", "access:servers", "list:users", "read:users"]}
 )
 c.Authenticator.allowed_users |= {"erin"}
+
+# JupyterLab in the browser tests: no news toast over the page (a labconfig default-settings
+# override in labconfig/ of a JUPYTER_CONFIG_PATH folder, which every user server reads).
+lab_config = Path(os.environ["CELLSCALE_STATE_DIR"]) / "lab-config"
+(lab_config / "labconfig").mkdir(parents=True, exist_ok=True)
+quiet = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+(lab_config / "labconfig" / "default_setting_overrides.json").write_text(json.dumps(quiet) + "\n")
+c.Spawner.environment["JUPYTER_CONFIG_PATH"] = str(lab_config)

@@ -9,42 +9,17 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect
 
-from tests.integration.conftest import ROOT, Hub, api
+from tests.integration.conftest import ARTIFACTS, PASSWORD, Hub, api
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = Path("/usr/bin/chromium")
-PASSWORD = os.environ.get("CELLSCALE_DEMO_PASSWORD", "cellscale-demo")
 # the hub admin signs in only with the admin password (config/jupyterhub_config.py)
 ADMIN_PASSWORD = os.environ.get("CELLSCALE_DEMO_ADMIN_PASSWORD", "cellscale-demo-admin-password-for-local-use")
-ARTIFACTS = Path(os.environ.get("CELLSCALE_ARTIFACTS", ROOT / "test-artifacts"))
 ADMIN_PATH = "/services/cellscale/admin"
-
-try:
-    from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
-except ImportError:  # pragma: no cover - reported by the fixture below
-    sync_playwright = None
-
-
-@pytest.fixture(scope="session")
-def browser():
-    """Headless Debian Chromium (never `playwright install`: it downloads a browser of its own)."""
-    missing = "playwright (the test extra)" if sync_playwright is None else \
-        "Debian's chromium (scripts/test installs it)" if not CHROMIUM.exists() else None
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"the browser test needs {missing}")
-        pytest.skip(f"the browser test needs {missing}")
-    expect.set_options(timeout=20_000)  # two shared cores: the OAuth round trip can be slow
-    with sync_playwright() as p:
-        # root has no user namespaces for Chromium's sandbox
-        the_browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"])
-        yield the_browser
-        the_browser.close()
 
 
 def sign_in_through_hub(page: Page, hub: Hub, user: str, password: str) -> None:

@@ -86,7 +86,8 @@ def relay(tmp_path_factory):
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"{url}/api/status", headers={"Authorization": f"token {TOKEN}"}, timeout=2).status_code == 200:
+                status = httpx.get(f"{url}/api/status", headers={"Authorization": f"token {TOKEN}"}, timeout=2)
+                if status.status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -140,7 +141,8 @@ def test_the_extension_declares_authentication_on_every_route(relay):
 @pytest.mark.parametrize("method,path", [
     ("GET", "whoami"), ("GET", "quota"), ("GET", "jobs?scope=tenant"), ("GET", "jobs/cs-0123456789ab"),
     ("GET", "jobs/cs-0123456789ab/events"), ("GET", "jobs/cs-0123456789ab/checkpoints"),
-    ("GET", "jobs/cs-0123456789ab/render"), ("POST", "jobs/cs-0123456789ab/cancel"),
+    ("GET", "jobs/cs-0123456789ab/render"), ("GET", "jobs/cs-0123456789ab/logs"),
+    ("POST", "jobs/cs-0123456789ab/cancel"),
 ])
 def test_anonymous_calls_are_refused(relay, method, path):
     before = len(relay.seen)
@@ -211,6 +213,11 @@ def test_logs_websocket_follows_live_and_resumes_by_offset(relay):
     assert "".join(m["text"] for m in got) == "[rank 0] step 0\n[rank 1] step 0\n[rank 0] step 1\n"
     assert got[-1]["complete"] and code == 1000
     assert got[0]["offset"] == 0 and all(a["next_offset"] == b["offset"] for a, b in zip(got, got[1:]))
+
+    # the panel's fallback while the websocket is down: one slice at a time, never a stream
+    part = relay.http.get(f"jobs/{job_id}/logs", params={"offset": got[0]["next_offset"], "follow": "true"})
+    assert part.json() == {"offset": got[0]["next_offset"], "next_offset": got[-1]["next_offset"],
+                           "text": "[rank 0] step 1\n", "complete": True}
 
     resumed, code, _ = _messages(relay.ws_url(f"jobs/{job_id}/logs/ws?offset={got[0]['next_offset']}"), lambda g: False)
     assert "".join(m["text"] for m in resumed) == "[rank 0] step 1\n" and code == 1000
