@@ -71,16 +71,14 @@ export class CellscalePanel extends Panel {
   }
 
   protected onAfterShow(): void {
-    if (!this.loaded) {
-      this.loaded = true;
-      void this.whoami.refresh();
-    }
+    this.whoami.poller.start();
     this.quota.poller.start();
     this.jobs.start();
     this.detail.start();
   }
 
   protected onAfterHide(): void {
+    this.whoami.poller.stop();
     this.quota.poller.stop();
     this.jobs.stop();
     this.detail.stop();
@@ -97,6 +95,5 @@ export class CellscalePanel extends Panel {
   private readonly jobs: JobsView;
   private readonly detail: JobDetailView;
   private readonly views: PanelView[];
-  private loaded = false;
   private quotaTimer: ReturnType<typeof setTimeout> | undefined;
 }

@@ -172,7 +172,8 @@ export class JobDetailView extends PanelView {
         className: 'jp-cellscale-jobmeta',
         text: `${job.owner} · ${job.queue} · ${plural(jobGpus(job), 'GPU')} · ${job.spec.launcher ?? 'torchrun'}`
       }),
-      h('p', { className: 'jp-cellscale-reason', text: job.reason ?? '' })
+      // a waiting job's reason is the first line of "Why it waits" below
+      h('p', { className: 'jp-cellscale-reason', text: job.pending ? '' : (job.reason ?? '') })
     );
     const mayCancel = !!who && (who.admin || who.user === job.owner);
     this.cancel.disabled = isTerminal(job.phase) || job.cancel_requested || !mayCancel;

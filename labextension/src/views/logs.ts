@@ -19,6 +19,7 @@ export class LogPane {
     this.jump = button('First error', () => this.jumpToError(), {
       title: 'Scroll to the first line with a Traceback or an Error'
     });
+    this.jump.disabled = true;
     this.status = h('span', { className: 'jp-cellscale-feed', attrs: { role: 'status' } });
     // role=log is a live region by default; with lines arriving many times a second that would
     // drown a screen reader, so it stays quiet (aria-live=off) and is read when focused

@@ -2,6 +2,7 @@
 import { WhoAmI, whoami } from '../api';
 import { describeUser } from '../format';
 import { PanelView } from '../panel-view';
+import { Poller } from '../poller';
 import { h } from './dom';
 
 export class WhoAmIView extends PanelView {
@@ -15,6 +16,7 @@ export class WhoAmIView extends PanelView {
     return this._who;
   }
 
+  /** Fetch and render now; rejects after showing the error (so the poller retries, backing off). */
   async refresh(): Promise<void> {
     try {
       this._who = await this.fetch();
@@ -22,8 +24,12 @@ export class WhoAmIView extends PanelView {
     } catch (error) {
       this._who = null;
       this.showError(error);
+      throw error;
     }
   }
+
+  /** Asked again every minute while the panel is shown (an admin may move you to another desk). */
+  readonly poller = new Poller(() => this.refresh(), 60_000);
 
   private render(who: WhoAmI): void {
     const rows: [string, string][] = [
