@@ -201,3 +201,44 @@ def test_pool_lent_reason_lists_borrowers_first():
     reason = run(TWO_DESKS, [pend("j", "a", 5)], [hold("a0", "a", 1), hold("b-borrow", "b", 6)]).pending["j"]
     assert reason.code == "PoolLent" and reason.ahead[0].job_id == "b-borrow" and reason.ahead[0].why == "borrowing"
     assert reason.estimated_start is None  # b-borrow has no known end
+
+
+# -- found by the trace replay and the admission benchmark ------------------------------------
+def test_a_job_within_nominal_goes_before_a_borrower_so_nothing_is_lent_and_reclaimed_at_once():
+    decision = run(TWO_DESKS, [pend("b-more", "b", 4, at=0), pend("a-job", "a", 4, at=1)], [hold("b-own", "b", 4)],
+                   history={"a": 20.0})
+    assert admitted(decision) == ["a-job"] and decision.preempt == []
+    assert decision.pending["b-more"].code == "PoolLent"
+
+
+def test_each_victim_frees_gpus_for_one_head_only():
+    t = tenancy({q: {"cohort": "f", "gpu": 4} for q in "abc"}, {"f": {}})
+    holders = [hold("a1", "a", 4, started=90), hold("a2", "a", 4, started=50), hold("a3", "a", 4, started=10)]
+    decision = run(t, [pend("b1", "b", 4, at=1), pend("c1", "c", 4, at=2)], holders)
+    assert sorted(p.job_id for p in decision.preempt) == ["a1", "a2"]  # the two that lose least
+    promised = {job: decision.pending[job].ahead[0].job_id for job in ("b1", "c1")}
+    assert sorted(promised.values()) == ["a1", "a2"]
+    # a preemption already under way is promised to the first head; the second gets its own victim
+    holders[0] = hold("a1", "a", 4, started=90, preempting=True)
+    decision = run(t, [pend("b1", "b", 4, at=1), pend("c1", "c", 4, at=2)], holders)
+    assert [p.job_id for p in decision.preempt] == ["a2"]
+    assert decision.pending["b1"].ahead[0].job_id == "a1" and decision.pending["c1"].ahead[0].job_id == "a2"
+
+
+def test_a_job_held_back_by_another_queues_claim_says_so():
+    decision = run(TWO_DESKS, [pend("big", "a", 6, at=1), pend("b2", "b", 2, at=2)], [hold("x", "b", 3)])
+    reason = decision.pending["b2"]
+    assert reason.code == "HeldForAhead" and reason.ahead[0].job_id == "big" and "big" in reason.message
+
+
+def test_estimate_counts_only_holders_whose_end_helps():
+    t = tenancy({"a": {"cohort": "f", "gpu": {"nominal": 4, "borrowing_limit": 0}}, "b": {"cohort": "f", "gpu": 4}},
+                {"f": {}})
+    reason = run(t, [pend("j", "a", 4)], [hold("mine", "a", 4, ends_by=1000), hold("theirs", "b", 2, ends_by=200)]).pending["j"]
+    assert reason.code == "QuotaExhausted" and reason.estimated_start == 1000
+
+
+def test_a_job_larger_than_the_backend_never_blocks_its_tree():
+    decision = run(TWO_DESKS, [pend("huge", "a", 6, at=1), pend("b5", "b", 5, at=2)], capacity={"gpu": 5})
+    assert admitted(decision) == ["b5"]
+    assert decision.pending["huge"].code == "NeverFits" and "backend has 5 GPUs now" in decision.pending["huge"].message

@@ -27,6 +27,9 @@ from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.tenancy import Tenancy
 
 
+MAX_AHEAD = 10  # holders named in a waiting job's reason
+
+
 @dataclass(frozen=True)
 class Workload:
     """A pending job."""
@@ -92,7 +95,7 @@ class Ahead:
 class PendingReason:
     """Why a job waits, structured (for the API and the panel) and in words."""
 
-    code: str  # Queued | QuotaExhausted | PoolLent | CapacityFull | Preempting | NeverFits | NoFlavor
+    code: str  # Queued | QuotaExhausted | PoolLent | CapacityFull | HeldForAhead | Preempting | NeverFits | NoFlavor
     message: str
     position: int  # 1 = next in its ClusterQueue
     flavor: str | None = None
@@ -111,7 +114,8 @@ class Decision:
 
 # -- usage bookkeeping --------------------------------------------------------------------
 class Usage:
-    """GPUs held per (queue, flavor), with the tree pool and physical checks."""
+    """GPUs held per (queue, flavor), with running totals of each tree's shared pool (so a
+    fit check costs the same however many queues share the tree) and of physical use."""
 
     def __init__(self, tenancy: Tenancy, capacity: dict[str, int], holders: Iterable[Holder]):
         self.t = tenancy
@@ -119,31 +123,40 @@ class Usage:
         self.used: dict[tuple[str, str], int] = defaultdict(int)
         self.physical: dict[str, int] = defaultdict(int)
         self.root = {cq: tenancy.root_of(cq) for cq in tenancy.cluster_queues}
-        self.members: dict[str, list[str]] = defaultdict(list)
+        self.pool_size: dict[tuple[str, str], int] = defaultdict(int)  # (tree root, flavor) -> lendable GPUs
         for cq, root in self.root.items():
-            self.members[root].append(cq)
+            for flavor, q in tenancy.cluster_queues[cq].quotas.items():
+                self.pool_size[root, flavor] += q.lendable
+        self.in_pool: dict[tuple[str, str], int] = defaultdict(int)  # (tree root, flavor) -> GPUs used from it
         for h in holders:
             self.add(h.cluster_queue, h.flavor, h.gpus)
 
+    def has(self, cq: str, flavor: str) -> bool:
+        """The queue exists and has a quota on the flavor (an admin may have removed either
+        while jobs still hold GPUs: those count physically only)."""
+        queue = self.t.cluster_queues.get(cq)
+        return queue is not None and flavor in queue.quotas
+
     def add(self, cq: str, flavor: str, gpus: int) -> None:
-        self.used[cq, flavor] += gpus
         self.physical[flavor] += gpus
+        if not self.has(cq, flavor):
+            return
+        before = self.used[cq, flavor]
+        self.used[cq, flavor] = before + gpus
+        self.in_pool[self.root[cq], flavor] += self._from_pool(cq, flavor, before + gpus) - self._from_pool(cq, flavor, before)
 
     def quota(self, cq: str, flavor: str):
         return self.t.cluster_queues[cq].quotas[flavor]
 
     def borrowed(self, cq: str, flavor: str) -> int:
-        return max(0, self.used[cq, flavor] - self.quota(cq, flavor).nominal)
+        return max(0, self.used[cq, flavor] - self.quota(cq, flavor).nominal) if self.has(cq, flavor) else 0
+
+    def borrows(self, cq: str, flavor: str, gpus: int) -> bool:
+        return self.used[cq, flavor] + gpus > self.quota(cq, flavor).nominal
 
     def _from_pool(self, cq: str, flavor: str, used: int) -> int:
         q = self.quota(cq, flavor)
         return max(0, used - (q.nominal - q.lendable))  # beyond its private part
-
-    def pool(self, cq: str, flavor: str) -> tuple[int, int]:
-        """(size, in use) of the shared pool of the queue's tree for one flavor."""
-        queues = [m for m in self.members[self.root[cq]] if flavor in self.t.cluster_queues[m].quotas]
-        size = sum(self.quota(m, flavor).lendable for m in queues)
-        return size, sum(self._from_pool(m, flavor, self.used[m, flavor]) for m in queues)
 
     def headroom(self, cq: str, flavor: str) -> tuple[int, str]:
         """The most GPUs the queue could get on the flavor now, and the binding limit."""
@@ -152,9 +165,9 @@ class Usage:
         limits = []
         if q.borrowing_limit is not None:
             limits.append((q.nominal + q.borrowing_limit - used, "QuotaExhausted"))
-        size, in_pool = self.pool(cq, flavor)
+        key = self.root[cq], flavor
         private_free = max(0, (q.nominal - q.lendable) - used)
-        limits.append((private_free + size - in_pool, "PoolLent"))
+        limits.append((private_free + self.pool_size[key] - self.in_pool[key], "PoolLent"))
         limits.append((self.capacity.get(flavor, 0) - self.physical[flavor], "CapacityFull"))
         amount, code = min(limits, key=lambda limit: limit[0])  # on a tie the quota explains best
         return max(0, amount), code
@@ -164,11 +177,29 @@ class Usage:
 
     def without(self, victims: Iterable[Holder]) -> "Usage":
         copy = Usage.__new__(Usage)
-        copy.t, copy.capacity, copy.root, copy.members = self.t, self.capacity, self.root, self.members
+        copy.t, copy.capacity, copy.root, copy.pool_size = self.t, self.capacity, self.root, self.pool_size
         copy.used, copy.physical = defaultdict(int, self.used), defaultdict(int, self.physical)
+        copy.in_pool = defaultdict(int, self.in_pool)
         for v in victims:
             copy.add(v.cluster_queue, v.flavor, -v.gpus)
         return copy
+
+
+@dataclass
+class Cycle:
+    """What one scheduling cycle has decided so far, beyond the usage."""
+
+    claims: dict[tuple[str, str], Workload] = field(default_factory=dict)  # (tree, flavor) -> blocked head
+    leaving: dict[str, Holder] = field(default_factory=dict)  # being preempted, not yet promised to a head
+    promised: dict[str, list[Holder]] = field(default_factory=dict)  # head -> the victims freeing its GPUs
+    taken: set[str] = field(default_factory=set)  # victims promised to some head
+    most: dict[tuple[str, str], int] = field(default_factory=dict)  # (queue, flavor) -> max_admissible
+
+    def max_admissible(self, t: Tenancy, capacity: dict[str, int], cq: str, flavor: str) -> int:
+        """Quota ceiling (nominal + borrowable), and never more than the flavor's GPUs."""
+        if (cq, flavor) not in self.most:
+            self.most[cq, flavor] = min(t.max_admissible(cq, flavor), capacity.get(flavor, 0))
+        return self.most[cq, flavor]
 
 
 # -- the cycle ----------------------------------------------------------------------------
@@ -182,38 +213,40 @@ def schedule(snap: Snapshot) -> Decision:
     queues = _queues(snap.pending)
     heads = {cq: 0 for cq in queues}
     decision = Decision()
-    claimed: set[tuple[str, str]] = set()  # (tree root, flavor) a blocked head holds on to
-    preempting = {h.job_id for h in snap.holders if h.preempting}
+    cycle = Cycle(leaving={h.job_id: h for h in snap.holders if h.preempting})
+    flavors_of = {cq: list(t.cluster_queues[cq].quotas) for cq in queues}
     while heads:
         node_use = tree.node_usage(queue_use)
-        cq = min(heads, key=lambda c: _order(queues[c][heads[c]], tree.key(c, node_use)))
+        cq = min(heads, key=lambda c: _order(usage, _flavors(flavors_of[c], queues[c][heads[c]]),
+                                              queues[c][heads[c]], tree.key(c, node_use)))
         job = queues[cq][heads[cq]]
-        flavors = _flavors(t, job)
-        if not flavors or job.gpus > max(t.max_admissible(cq, f) for f in flavors):
-            decision.pending[job.job_id] = _never_fits(t, job, flavors)
+        flavors = _flavors(flavors_of[cq], job)
+        if not flavors or job.gpus > max(cycle.max_admissible(t, snap.capacity, cq, f) for f in flavors):
+            decision.pending[job.job_id] = _never_fits(t, snap.capacity, job, flavors)
             _advance(heads, queues, cq)
             continue
-        flavor = _choose_flavor(usage, job, flavors, claimed)
+        flavor = _choose_flavor(usage, job, flavors, cycle.claims)
         if flavor is not None:
             usage.add(cq, flavor, job.gpus)
             queue_use[cq] = queue_use.get(cq, 0.0) + job.gpus
             decision.admit.append(Admission(job.job_id, flavor, usage.borrowed(cq, flavor)))
             _advance(heads, queues, cq)
             continue
-        victims = _preemption_for(snap, usage, job, flavors, preempting)
-        for victim in victims:
-            preempting.add(victim.job_id)
+        for victim in _make_room(snap, usage, job, flavors, cycle):
             decision.preempt.append(Preemption(victim.job_id, job.job_id, _victim_reason(usage, victim, job)))
-        decision.pending[job.job_id] = _blocked_reason(snap, usage, job, flavors, preempting)
+        decision.pending[job.job_id] = _blocked_reason(snap, usage, job, flavors, cycle)
         for f in flavors:
-            claimed.add((usage.root[cq], f))
+            cycle.claims.setdefault((usage.root[cq], f), job)
         _explain_behind(decision, queues[cq][heads[cq] + 1:], job, start=2)
         del heads[cq]
     return decision
 
 
-def _order(job: Workload, fair_key: tuple[float, ...]):
-    return (-job.priority, fair_key, job.submitted, job.job_id)
+def _order(usage: Usage, flavors: list[str], job: Workload, fair_key: tuple[float, ...]):
+    """Jobs within their queue's nominal quota before jobs that would borrow (as in Kueue: a
+    loan is never made in the cycle that needs it back), then priority, fair share, age."""
+    borrows = all(usage.borrows(job.cluster_queue, f, job.gpus) for f in flavors)
+    return (borrows, -job.priority, fair_key, job.submitted, job.job_id)
 
 
 def _queues(pending: Iterable[Workload]) -> dict[str, list[Workload]]:
@@ -231,52 +264,69 @@ def _advance(heads: dict[str, int], queues: dict[str, list[Workload]], cq: str) 
         del heads[cq]
 
 
-def _flavors(t: Tenancy, job: Workload) -> list[str]:
-    own = list(t.cluster_queues[job.cluster_queue].quotas)
+def _flavors(own: list[str], job: Workload) -> list[str]:
+    """The queue's flavors (in its order) this job may use."""
     return own if job.flavors is None else [f for f in own if f in job.flavors]
 
 
-def _choose_flavor(usage: Usage, job: Workload, flavors: list[str], claimed: set[tuple[str, str]]) -> str | None:
+def _choose_flavor(usage: Usage, job: Workload, flavors: list[str], claims: dict) -> str | None:
     """The first flavor that fits, preferring one that needs no borrowing (Kueue's
     flavor fungibility); a flavor a blocked head of this tree claims allows no borrowing."""
     cq = job.cluster_queue
-    within = [f for f in flavors if usage.used[cq, f] + job.gpus <= usage.quota(cq, f).nominal]
+    within = [f for f in flavors if not usage.borrows(cq, f, job.gpus)]
     for f in within + [f for f in flavors if f not in within]:
-        borrows = usage.used[cq, f] + job.gpus > usage.quota(cq, f).nominal
-        if borrows and (usage.root[cq], f) in claimed:
+        if usage.borrows(cq, f, job.gpus) and _claimant(usage, claims, job, f):
             continue
         if usage.fits(cq, f, job.gpus):
             return f
     return None
 
 
+def _claimant(usage: Usage, claims: dict, job: Workload, flavor: str) -> Workload | None:
+    head = claims.get((usage.root[job.cluster_queue], flavor))
+    return head if head is not None and head.job_id != job.job_id else None
+
+
 # -- preemption ---------------------------------------------------------------------------
-def _preemption_for(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str],
-                    preempting: set[str]) -> list[Holder]:
-    """The victims that make room for `job` on its first flavor where preemption can, or
-    none: when the GPUs already being freed suffice, or when nothing can make room."""
+def _make_room(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], cycle: Cycle) -> list[Holder]:
+    """Promise `job` the GPUs of jobs already being preempted, or choose new victims, on its
+    first flavor where that makes it fit; returns the new victims. A victim's GPUs are
+    promised to one head only: the next head does not count on them."""
     for flavor in flavors:
-        leaving = [h for h in snap.holders if h.job_id in preempting and h.flavor == flavor]
-        if usage.without(leaving).fits(job.cluster_queue, flavor, job.gpus):
-            return []  # wait for the preemptions under way
-        candidates = sorted(_candidates(snap, usage, job, flavor, preempting), key=lambda h: _loss(snap, usage, h))
-        chosen = _fewest_victims(usage.without(leaving), job, flavor, candidates)
+        if usage.fits(job.cluster_queue, flavor, job.gpus):
+            continue  # it fits but may not borrow there now: another head claimed it (HeldForAhead)
+        leaving = [h for h in cycle.leaving.values() if h.flavor == flavor]
+        enough = _fewest(usage, job, flavor, leaving)
+        if enough is not None:
+            _promise(cycle, job, enough)
+            return []
+        candidates = sorted(_candidates(snap, usage, job, flavor, cycle), key=lambda h: _loss(snap, usage, h))
+        chosen = _fewest(usage.without(leaving), job, flavor, candidates, lenders_only=True)
         if chosen:
+            _promise(cycle, job, leaving + chosen)
             return chosen
     return []
 
 
-def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, preempting: set[str]) -> list[Holder]:
+def _promise(cycle: Cycle, job: Workload, victims: list[Holder]) -> None:
+    for victim in victims:
+        cycle.leaving.pop(victim.job_id, None)
+        cycle.taken.add(victim.job_id)
+    cycle.promised[job.job_id] = victims
+
+
+def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle: Cycle) -> list[Holder]:
     cq = job.cluster_queue
-    within_nominal = usage.used[cq, flavor] + job.gpus <= usage.quota(cq, flavor).nominal
+    within_nominal = not usage.borrows(cq, flavor, job.gpus)
     out = []
     for h in snap.holders:
-        if h.flavor != flavor or h.job_id in preempting:
+        if h.flavor != flavor or h.preempting or h.job_id in cycle.taken:
             continue
         if h.cluster_queue == cq:
             if h.priority < job.priority:
                 out.append(h)  # priority preemption within the queue
-        elif within_nominal and usage.root[h.cluster_queue] == usage.root[cq] and usage.borrowed(h.cluster_queue, flavor):
+        elif within_nominal and usage.has(h.cluster_queue, flavor) and \
+                usage.root[h.cluster_queue] == usage.root[cq] and usage.borrowed(h.cluster_queue, flavor):
             out.append(h)  # reclaim what was lent
     return out
 
@@ -288,20 +338,22 @@ def _loss(snap: Snapshot, usage: Usage, h: Holder):
     return (work_lost, h.priority, -usage.borrowed(h.cluster_queue, h.flavor), h.gpus, h.job_id)
 
 
-def _fewest_victims(usage: Usage, job: Workload, flavor: str, candidates: list[Holder]) -> list[Holder]:
-    """Take victims in order of least loss until the job fits (a lender's queue is only
-    taken from while it still borrows), then drop any the job does not need after all."""
+def _fewest(usage: Usage, job: Workload, flavor: str, candidates: list[Holder],
+            lenders_only: bool = False) -> list[Holder] | None:
+    """Take candidates in order until the job fits, then drop any it does not need after
+    all; None if even all of them are not enough. With `lenders_only`, another queue's job
+    is taken only while that queue still borrows."""
     chosen: list[Holder] = []
     trial = usage
     for victim in candidates:
-        if victim.cluster_queue != job.cluster_queue and not trial.borrowed(victim.cluster_queue, flavor):
+        if trial.fits(job.cluster_queue, flavor, job.gpus):
+            break
+        if lenders_only and victim.cluster_queue != job.cluster_queue and not trial.borrowed(victim.cluster_queue, flavor):
             continue  # that queue is back within its own quota
         chosen.append(victim)
         trial = usage.without(chosen)
-        if trial.fits(job.cluster_queue, flavor, job.gpus):
-            break
-    else:
-        return []
+    if not trial.fits(job.cluster_queue, flavor, job.gpus):
+        return None
     for victim in reversed(list(chosen)):
         rest = [v for v in chosen if v is not victim]
         if usage.without(rest).fits(job.cluster_queue, flavor, job.gpus):
@@ -318,26 +370,41 @@ def _victim_reason(usage: Usage, victim: Holder, job: Workload) -> str:
 
 
 # -- why pending --------------------------------------------------------------------------
-def _never_fits(t: Tenancy, job: Workload, flavors: list[str]) -> PendingReason:
+def _never_fits(t: Tenancy, capacity: dict[str, int], job: Workload, flavors: list[str]) -> PendingReason:
     if not flavors:
         return PendingReason("NoFlavor", f"queue {job.cluster_queue} has no flavor this job may use", 1, needs=job.gpus)
-    best = max(flavors, key=lambda f: t.max_admissible(job.cluster_queue, f))
-    most = t.max_admissible(job.cluster_queue, best)
-    return PendingReason("NeverFits", f"needs {job.gpus} GPU(s) but queue {job.cluster_queue} can get at most {most} "
-                         f"{best} GPU(s) (nominal + borrowable); ask an admin to raise the quota or submit a smaller job",
-                         1, flavor=best, needs=job.gpus, available=most)
+    ceiling = {f: t.max_admissible(job.cluster_queue, f) for f in flavors}
+    most = {f: min(ceiling[f], capacity.get(f, 0)) for f in flavors}
+    best = max(flavors, key=lambda f: most[f])
+    if capacity.get(best, 0) < ceiling[best]:
+        why = (f"the {best} backend has {capacity.get(best, 0)} GPUs now (fewer than the queue's quota: nodes down, "
+               "or the backend did not answer); it waits until it has enough")
+    else:
+        why = (f"queue {job.cluster_queue} can get at most {most[best]} {best} GPU(s) (nominal + borrowable); "
+               "ask an admin to raise the quota or submit a smaller job")
+    return PendingReason("NeverFits", f"needs {job.gpus} GPU(s) but {why}", 1, flavor=best, needs=job.gpus,
+                         available=most[best])
 
 
-def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], preempting: set[str]) -> PendingReason:
+def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], cycle: Cycle) -> PendingReason:
     cq = job.cluster_queue
+    victims = cycle.promised.get(job.job_id)
+    if victims:
+        flavor = victims[0].flavor
+        names = ", ".join(h.job_id for h in victims)
+        return PendingReason("Preempting", f"waiting for {sum(h.gpus for h in victims)} {flavor} GPU(s) being freed by "
+                             f"preempting {names} (they were warned and may checkpoint first)", 1, flavor, job.gpus,
+                             usage.headroom(cq, flavor)[0],
+                             tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, "being preempted") for h in victims))
+    held = [f for f in flavors if usage.fits(cq, f, job.gpus) and _claimant(usage, cycle.claims, job, f)]
+    if held:
+        head = _claimant(usage, cycle.claims, job, held[0])
+        return PendingReason("HeldForAhead", f"waiting: it would borrow {held[0]} GPUs that {head.job_id} "
+                             f"({head.cluster_queue}, {head.gpus} GPUs) is waiting for and goes first; it may run "
+                             f"within its own quota", 1, held[0], job.gpus, usage.headroom(cq, held[0])[0],
+                             (Ahead(head.job_id, head.cluster_queue, head.gpus, "waiting ahead"),))
     flavor = min(flavors, key=lambda f: job.gpus - usage.headroom(cq, f)[0])
     available, code = usage.headroom(cq, flavor)
-    leaving = [h for h in snap.holders if h.job_id in preempting and h.flavor == flavor]
-    if leaving and usage.without(leaving).fits(cq, flavor, job.gpus):
-        names = ", ".join(h.job_id for h in leaving)
-        return PendingReason("Preempting", f"waiting for {sum(h.gpus for h in leaving)} {flavor} GPU(s) being freed by "
-                             f"preempting {names} (they were warned and may checkpoint first)", 1, flavor, job.gpus,
-                             available, tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, "being preempted") for h in leaving))
     holders = _holders_in_the_way(snap, usage, job, flavor, code)
     q = usage.quota(cq, flavor)
     words = {
@@ -346,40 +413,42 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
         "CapacityFull": f"all {usage.capacity.get(flavor, 0)} {flavor} GPUs are in use",
     }[code]
     message = f"waiting for {job.gpus} {flavor} GPU(s) at once; {available} free to it: {words}"
-    if holders:
-        message += "; held by " + ", ".join(f"{h.job_id} ({h.cluster_queue}, {h.gpus} GPUs, {h.why})" for h in holders[:3])
-    return PendingReason(code, message, 1, flavor, job.gpus, available, tuple(holders),
-                         _estimate(snap, usage, job, flavor, job.gpus - available))
+    ahead = tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, _why(usage, h, cq)) for h in holders[:MAX_AHEAD])
+    if ahead:
+        message += "; held by " + ", ".join(f"{a.job_id} ({a.cluster_queue}, {a.gpus} GPUs, {a.why})" for a in ahead[:3])
+    return PendingReason(code, message, 1, flavor, job.gpus, available, ahead,
+                         _estimate(snap, holders, job.gpus - available))
 
 
-def _holders_in_the_way(snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: str) -> list[Ahead]:
-    """Who holds what the job waits for: its own queue's jobs when its quota is the limit;
-    otherwise the jobs of its tree (of the whole flavor when the backend is full),
-    borrowers first."""
+def _holders_in_the_way(snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: str) -> list[Holder]:
+    """Whose end would help: its own queue's jobs when its quota is the limit; otherwise the
+    jobs of its tree (of the whole flavor when the backend is full), borrowers first."""
     cq = job.cluster_queue
 
-    def in_the_way(h: Holder) -> bool:
+    def helps(h: Holder) -> bool:
         if code == "QuotaExhausted":
             return h.cluster_queue == cq
-        return code == "CapacityFull" or usage.root[h.cluster_queue] == usage.root[cq]
+        return code == "CapacityFull" or usage.root.get(h.cluster_queue) == usage.root[cq]
 
-    def why(h: Holder) -> str:
-        if usage.borrowed(h.cluster_queue, flavor):
-            return "borrowing"
-        return "same queue" if h.cluster_queue == cq else "within its quota"
-
-    found = [h for h in snap.holders if h.flavor == flavor and in_the_way(h)]
-    found.sort(key=lambda h: (-usage.borrowed(h.cluster_queue, flavor), -h.gpus, h.job_id))
-    return [Ahead(h.job_id, h.cluster_queue, h.gpus, why(h)) for h in found]
+    found = [h for h in snap.holders if h.flavor == flavor and helps(h)]
+    borrowed = {q: usage.borrowed(q, flavor) for q in {h.cluster_queue for h in found}}
+    found.sort(key=lambda h: (-borrowed[h.cluster_queue], -h.gpus, h.job_id))
+    return found
 
 
-def _estimate(snap: Snapshot, usage: Usage, job: Workload, flavor: str, shortfall: int) -> float | None:
-    """When enough GPUs are free if every holder runs to its time limit; None if some
-    holder has no limit we know."""
+def _why(usage: Usage, h: Holder, cq: str) -> str:
+    if usage.borrowed(h.cluster_queue, h.flavor):
+        return "borrowing"
+    return "same queue" if h.cluster_queue == cq else "within its quota"
+
+
+def _estimate(snap: Snapshot, holders: list[Holder], shortfall: int) -> float | None:
+    """When enough of the GPUs in the way are free if each holder runs to its time limit;
+    None if one that must end first has no limit we know."""
     if shortfall <= 0:
         return snap.now
     freed = 0
-    for h in sorted((h for h in snap.holders if h.flavor == flavor), key=lambda h: h.ends_by or float("inf")):
+    for h in sorted(holders, key=lambda h: h.ends_by or float("inf")):
         if h.ends_by is None:
             return None
         freed += h.gpus
