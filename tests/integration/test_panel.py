@@ -30,6 +30,8 @@ from cellscale.checkpoint import Checkpointer
 ckpt = Checkpointer(tempfile.mkdtemp(prefix="panel-test-"))
 for step in range(60):
     print(f"step {step} loss {1 / (step + 1):.3f}", flush=True)
+    if step == 1:
+        print("skipped batch 7: ValueError: shape mismatch", flush=True)
     if step == 3:
         ckpt.save(step, {"w": torch.zeros(256)}, async_=False)
         print("checkpoint committed at step 3", flush=True)
@@ -144,8 +146,22 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         expect(waiting.locator("[data-phase]")).to_have_attribute("data-phase", "PENDING")
         expect(waiting.locator(".jp-cellscale-elapsed")).to_have_text(re.compile(r"^waiting \d+s$"))
         page.mouse.move(900, 600)  # no hover highlight in the screenshot
+        panel.evaluate("el => { el.scrollTop = 0; }")
         panel.screenshot(path=ARTIFACTS / "panel.png")
         page.screenshot(path=ARTIFACTS / "panel-lab.png")
+
+        # one rank's lines; the first error line
+        rank.select_option("0")  # the runtime's own lines have no rank: they go
+        expect(log.locator(".jp-cellscale-logline").first).to_have_text("[rank 0] step 0 loss 1.000")
+        rank.select_option("")
+        expect(log.locator(".jp-cellscale-logline").first).to_contain_text("[cellscale]")
+        detail.get_by_role("button", name="First error").click()
+        error_line = log.locator(".jp-cellscale-logline:focus")
+        expect(error_line).to_have_text("[rank 0] skipped batch 7: ValueError: shape mismatch")
+        follow = detail.get_by_role("button", name=re.compile("^Follow"))
+        expect(follow).to_have_attribute("aria-pressed", "false")  # reading the error: the view stays there
+        follow.click()
+        expect(follow).to_have_attribute("aria-pressed", "true")
 
         # why the other one waits, in words
         waiting.click()
