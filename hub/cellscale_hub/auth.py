@@ -9,6 +9,7 @@ static token stands for the local user.
 from __future__ import annotations
 
 import hmac
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -68,9 +69,15 @@ class HubIdentity(Identity):
         self.service_name = service_name
         self.cache_seconds = cache_seconds
         self._groups: dict[str, tuple[float, tuple[str, ...], bool]] = {}
+        # HubAuth sets up its background event loop lazily on the first sync call, and
+        # concurrent first calls race on it ("This event loop is already running"): the
+        # panel's first load makes several at once. Token lookups are cached, so
+        # serialising them costs little.
+        self._lock = threading.Lock()
 
     def principal(self, token: str) -> Principal:
-        model = self.hub_auth.user_for_token(token, sync=True) if token else None
+        with self._lock:
+            model = self.hub_auth.user_for_token(token, sync=True) if token else None
         if not model or model.get("kind", "user") != "user":
             raise Unauthenticated("invalid or expired JupyterHub token")
         scopes = frozenset(model.get("scopes", []))

@@ -91,10 +91,6 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
     with httpx.Client(base_url=f"{hub.url}/user/alice/api/", headers=alice) as lab:
         lab.put(f"contents/{NOTEBOOK}", json=_notebook(CELL)).raise_for_status()
     control_plane = api(hub, token("alice"))
-    # One call first: the control plane's HubAuth creates its sync bridge (a thread and a loop)
-    # lazily, and the panel's first concurrent calls can race on that creation (500 "This event
-    # loop is already running", a console error here). Reported; the fix belongs in cellscale_hub.auth.
-    control_plane.get("whoami").raise_for_status()
 
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, color_scheme="light")
     context.grant_permissions(["clipboard-read", "clipboard-write"])
