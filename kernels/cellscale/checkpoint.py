@@ -174,13 +174,18 @@ class _Group:
                                   "torch.distributed.init_process_group() before creating the Checkpointer, so the "
                                   "ranks write one checkpoint together instead of each its own")
         self.pg = dist.new_group(backend="gloo") if distributed else None
+        # maybe_save's per-step agreement runs on the training thread while an async save's
+        # collectives run on the background thread: on one group their messages interleave
+        # (a hang, or gloo's "Received data size doesn't match expected size"), so it has its own
+        self.step_pg = dist.new_group(backend="gloo") if distributed else None
         self.rank = dist.get_rank() if distributed else 0
         self.size = dist.get_world_size() if distributed else 1
 
-    def agree(self, fn: Callable[[], T]) -> list[T]:
+    def agree(self, fn: Callable[[], T], group: Any = None) -> list[T]:
         """Run fn on every rank and return every rank's result; if it failed anywhere, raise on
         every rank, so no rank waits in a later collective for one that has given up."""
-        if self.pg is None:
+        group = self.pg if group is None else group
+        if group is None:
             return [fn()]
         failure: Exception | None = None
         try:
@@ -188,7 +193,7 @@ class _Group:
         except Exception as exc:
             failure, mine = exc, (None, f"{type(exc).__name__}: {exc}")
         gathered: list[Any] = [None] * self.size
-        dist.all_gather_object(gathered, mine, group=self.pg)
+        dist.all_gather_object(gathered, mine, group=group)
         errors = [f"rank {rank}: {error}" for rank, (_, error) in enumerate(gathered) if error]
         if errors:
             raise CheckpointError("; ".join(errors)) from failure
@@ -365,7 +370,7 @@ class Checkpointer:
         Collective: the ranks agree on the warning, since each may see it at another step."""
         env = JobEnvironment.current()
         env.report_step(step)
-        if any(self._group.agree(env.preempt_requested)):
+        if any(self._group.agree(env.preempt_requested, group=self._group.step_pg)):
             self.save(step, state_dict, extra, async_=False).result()
             env.stop_for_preemption()
         if every > 0 and step % every == 0:
