@@ -245,29 +245,36 @@ class Controller:
                 if obs.state is AttemptState.SUBMITTING and attempt.submitted_at is None:
                     relaunch.append((job, attempt))  # the control plane died between admit and submit
                     continue
-                silent = self._silence(obs)
-                if silent is not None:
+                why = self._hung(obs, attempt, ref.spec.stall_timeout_s)
+                if why is not None:
                     hung.append(ref)
-                    obs = Observation(AttemptState.LOST, fault=Fault.INFRASTRUCTURE, heartbeat=obs.heartbeat,
-                                      reason=f"no heartbeat for {silent:.0f} s: the attempt hung or a node is unreachable")
+                    obs = Observation(AttemptState.LOST, fault=Fault.INFRASTRUCTURE, heartbeat=obs.heartbeat, reason=why)
                 self._observe(session, job, attempt, obs)
         for ref in hung:
             driver.cancel(ref)  # stop what is left of it; its retry is a new attempt
         for job, attempt in relaunch:
             self.launch(driver, job, attempt, resubmit=True)
 
-    def _silence(self, obs: Observation) -> float | None:
-        """Seconds since the last heartbeat of a live attempt, when beyond the timeout."""
-        if obs.state not in (AttemptState.RUNNING, AttemptState.STARTING) or obs.heartbeat is None:
+    def _hung(self, obs: Observation, attempt: Attempt, stall_timeout_s: float | None) -> str | None:
+        """Why a live attempt counts as hung: no heartbeat beyond the timeout (a frozen
+        process or an unreachable node), or, when the job asked for it, a training step that
+        stopped advancing (a deadlock in a collective, with the heartbeat still going)."""
+        if obs.state not in (AttemptState.RUNNING, AttemptState.STARTING):
             return None
-        silent = (utcnow() - obs.heartbeat).total_seconds()
-        return silent if silent > self.heartbeat_timeout_s else None
+        now = utcnow()
+        if obs.heartbeat is not None and (silent := (now - obs.heartbeat).total_seconds()) > self.heartbeat_timeout_s:
+            return f"no heartbeat for {silent:.0f} s: the attempt hung or a node is unreachable"
+        if stall_timeout_s and attempt.last_step_at is not None and obs.step == attempt.last_step:
+            stalled = (now - attempt.last_step_at).total_seconds()
+            if stalled > stall_timeout_s:
+                return f"step {obs.step} did not advance for {stalled:.0f} s (--stall-timeout): the attempt hung"
+        return None
 
     def _observe(self, session, job: Job, attempt: Attempt, obs: Observation) -> None:
         if obs.heartbeat:
             attempt.last_heartbeat = obs.heartbeat
-        if obs.step is not None:
-            attempt.last_step = obs.step
+        if obs.step is not None and obs.step != attempt.last_step:
+            attempt.last_step, attempt.last_step_at = obs.step, utcnow()
         self._note_resume(session, job, attempt)
         committed = JobDir(self.jobs_root / job.id).read_checkpoints(attempt.number)
         if committed:  # victims are chosen by the work they would lose since their last checkpoint

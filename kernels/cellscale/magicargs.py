@@ -32,6 +32,7 @@ class MagicArgs(BaseModel):
     retries: int = 3
     retries_timeout: int = 0
     retries_user: int = 0
+    stall_timeout: float | None = None
     name: str = "cell"
     time: int = 60
     switches: int | None = None
@@ -65,7 +66,8 @@ class MagicArgs(BaseModel):
             return JobSpec(
                 name=self.name, launcher=self.launcher, resources=self.resources(), queue=self.queue,
                 backend=self.backend, priority=self.priority,
-                retries=Retries(infrastructure=self.retries, timeout=self.retries_timeout, user_error=self.retries_user), env=self.env, source=source, input_names=self.inputs,
+                retries=Retries(infrastructure=self.retries, timeout=self.retries_timeout, user_error=self.retries_user),
+                stall_timeout_s=self.stall_timeout, env=self.env, source=source, input_names=self.inputs,
                 inputs_sha256=inputs_sha256, outputs=self.outputs,
             )
         except ValidationError as exc:
@@ -89,6 +91,7 @@ def _parser() -> _Parser:
     p.add_argument("--retries", type=int, help="retries after infrastructure faults (default 3)")
     p.add_argument("--retries-timeout", type=int, help="retries after running past --time (default 0)")
     p.add_argument("--retries-user", type=int, help="retries after an exception in the cell (default 0)")
+    p.add_argument("--stall-timeout", type=float, help="seconds without a new training step before the attempt counts as hung")
     p.add_argument("--name")
     p.add_argument("--time", type=int, help="minutes")
     p.add_argument("--switches", type=int, help="most leaf switches the nodes may span")
@@ -146,7 +149,7 @@ def _suggest(message: str, parser: argparse.ArgumentParser) -> str:
     return f"{message}; usage: {usage()}"
 
 
-FLAGS = {"infrastructure": "--retries", "timeout": "--retries-timeout", "user_error": "--retries-user",
+FLAGS = {"stall_timeout_s": "--stall-timeout", "infrastructure": "--retries", "timeout": "--retries-timeout", "user_error": "--retries-user",
          "timeout_min": "--time", "gpus_per_node": "--gpus-per-node", "nodes": "--nodes", "switches": "--switches"}
 
 

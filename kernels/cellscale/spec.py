@@ -110,6 +110,9 @@ class JobSpec(Strict):
     backend: Name | None = Field(None, description="Backend to run on; chosen by the queue when absent.")
     priority: Name | None = Field(None, description="Priority class (e.g. low, normal, high); normal when absent.")
     retries: Retries = Field(default_factory=Retries)
+    stall_timeout_s: float | None = Field(None, ge=10, le=7 * 24 * 3600, description=(
+        "Once the job reports training steps (JobEnvironment.report_step, Checkpointer.maybe_save), an attempt whose "
+        "step does not advance for this long counts as hung (deadlocked in a collective): stopped and retried."))
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for every rank.")
     source: str = Field(..., description="The cell's Python source.")
     input_names: list[str] = Field(default_factory=list, description="Names bound from the inputs bundle.")

@@ -162,3 +162,15 @@ def test_preemption_by_a_higher_priority_job_checkpoints_and_resumes(plane, tmp_
     resumed = next(e for e in events(plane, job["id"]) if e["reason"] == "Resumed")
     stopped_at = int(resumed["message"].rsplit(" ", 1)[1])
     assert stopped_at >= 8  # saved at the warning, not at the last multiple of 5
+
+
+def test_a_stalled_step_counts_as_hung_when_asked(plane):
+    # reports steps, then deadlocks (here: sleeps) while its heartbeat goes on
+    cell = ("import os, time\nfrom cellscale.runtime import JobEnvironment\nenv = JobEnvironment.current()\n"
+            "for step in range(3):\n    env.report_step(step)\n    time.sleep(1.1)\n"
+            "if env.attempt == 1:\n    time.sleep(300)\nok = env.attempt\n")
+    job = plane.submit(source=cell, stall_timeout_s=10, outputs=["ok"]).json()
+    done = plane.run_until(job["id"], TERMINAL, timeout=120)
+    assert done["phase"] == "SUCCEEDED" and result(plane, job["id"]) == {"ok": 2}
+    first = done["attempts"][0]
+    assert first["fault"] == "infrastructure" and "did not advance" in first["end_reason"]

@@ -88,6 +88,7 @@ class Attempt(Base):
     fault: Mapped[str | None] = mapped_column(String(16))  # faults.Fault, when it did not succeed
     failed_nodes: Mapped[list] = mapped_column(JSON, default=list)
     last_step: Mapped[int | None] = mapped_column(Integer)
+    last_step_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # when last_step last changed
     resumed_step: Mapped[int | None] = mapped_column(Integer)  # reported by the job once it loaded a checkpoint
 
     job: Mapped[Job] = relationship(back_populates="attempts")

@@ -618,6 +618,11 @@ export interface components {
             priority?: string | null;
             retries?: components["schemas"]["Retries"];
             /**
+             * Stall Timeout S
+             * @description Once the job reports training steps (JobEnvironment.report_step, Checkpointer.maybe_save), an attempt whose step does not advance for this long counts as hung (deadlocked in a collective): stopped and retried.
+             */
+            stall_timeout_s?: number | null;
+            /**
              * Env
              * @description Extra environment variables for every rank.
              */

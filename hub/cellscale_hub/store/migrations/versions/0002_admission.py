@@ -31,6 +31,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column('fault', sa.String(length=16), nullable=True))
         batch.add_column(sa.Column('failed_nodes', sa.JSON(), nullable=False, server_default='[]'))
         batch.add_column(sa.Column('last_step', sa.Integer(), nullable=True))
+        batch.add_column(sa.Column('last_step_at', UTCDateTime(), nullable=True))
         batch.add_column(sa.Column('resumed_step', sa.Integer(), nullable=True))
     op.create_table('tenancy_revisions',
         sa.Column('id', sa.Integer(), autoincrement=True, nullable=False),
@@ -56,7 +57,7 @@ def downgrade() -> None:
     op.drop_table('audit_events')
     op.drop_table('tenancy_revisions')
     with op.batch_alter_table('attempts') as batch:
-        for column in ('resumed_step', 'last_step', 'failed_nodes', 'fault', 'last_checkpoint_at'):
+        for column in ('resumed_step', 'last_step_at', 'last_step', 'failed_nodes', 'fault', 'last_checkpoint_at'):
             batch.drop_column(column)
     with op.batch_alter_table('jobs') as batch:
         batch.drop_index('ix_jobs_cluster_queue')
