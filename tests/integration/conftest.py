@@ -177,9 +177,11 @@ def kernel(hub, token, server):
         k.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Headless Debian Chromium (never `playwright install`: it downloads a browser of its own)."""
+    """Headless Debian Chromium (never `playwright install`: it downloads a browser of its own).
+    One per test module: Playwright's sync API keeps an event loop running on the main thread
+    while it is open, and later tests that call asyncio.run() (tests/server) would fail."""
     missing = "playwright (the test extra)" if sync_playwright is None else \
         "Debian's chromium (scripts/test installs it)" if not CHROMIUM.exists() else None
     if missing:
