@@ -6,6 +6,7 @@ Every benchmark starts its own control plane in a temporary CELLSCALE_HOME and s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -185,6 +186,14 @@ def print_table(headers: list[str], rows: list[list[object]]) -> None:
 
 def _fmt(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def scheduling_digest() -> dict[str, str]:
+    """The scheduling code a benchmark measured (it may be uncommitted): the first 12 hex
+    digits of each file's sha256."""
+    here = REPO / "hub" / "cellscale_hub"
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:12]
+            for p in (here / "scheduling" / "admission.py", here / "scheduling" / "fairshare.py", here / "tenancy.py")}
 
 
 def write_results(name: str, quick: bool, data: dict) -> Path:

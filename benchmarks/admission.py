@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import math
 import random
 import time
@@ -40,9 +39,8 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from _common import median, percentile, print_table, ratio, write_results
+from _common import median, percentile, print_table, ratio, scheduling_digest, write_results
 
-from cellscale_hub.scheduling import admission
 from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.tenancy import Tenancy
@@ -178,13 +176,6 @@ def measure(snap: Snapshot, reps: int) -> dict:
     }
 
 
-def source_digest() -> dict[str, str]:
-    """The scheduling code measured (it may be uncommitted): sha256 of each file, first 12."""
-    here = Path(admission.__file__).parent
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:12]
-            for p in (here / "admission.py", here / "fairshare.py", here.parent / "tenancy.py")}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer cycles per size")
@@ -229,7 +220,7 @@ def main() -> None:
                      "tree": "firm -> 10 divisions -> 10 desks",
                      "sizes": dict(SIZES), "priorities": dict(PRIORITIES), "free_fraction": FREE_FRACTION,
                      "half_life_s": HALF_LIFE, "seed": 7},
-        "scheduling_source_sha256": source_digest(),
+        "scheduling_source_sha256": scheduling_digest(),
         "results": results, "ratio_cellscale_fifo_cycle": ratios, "scaling": scaling, "wall_s": wall,
     })
 

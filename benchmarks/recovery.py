@@ -48,7 +48,6 @@ script set down is resumed in any case, also one left down by an earlier run tha
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import re
@@ -66,6 +65,7 @@ from _common import REPO, median, print_table, ratio, write_results
 from sqlalchemy import select
 
 sys.path.insert(0, str(REPO))  # for the test suite's in-process Plane
+from cellscale.runtime.jobdir import JobDir, read_jsonl  # noqa: E402
 from cellscale_hub import proc  # noqa: E402
 from cellscale_hub.dev import slurm as dev_slurm  # noqa: E402
 from cellscale_hub.drivers.slurm import SlurmDriver  # noqa: E402
@@ -224,20 +224,6 @@ def ts(value: str | None) -> float | None:
     return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def progress(path: Path) -> list[dict]:
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass  # a line being written
-    return out
-
-
 def last_step(lines: list[dict], attempt: int) -> int:
     return max((e["step"] for e in lines if e["attempt"] == attempt and e["event"] == "step"), default=0)
 
@@ -279,7 +265,7 @@ def trial(plane: Plane, jobs_dir: Path, fault: str, mode: str, label: str) -> di
         job_dir = plane.jobs_root / job_id
 
         deadline = time.monotonic() + 240
-        while last_step(progress(progress_path), 1) < FAULT_STEP:
+        while last_step(read_jsonl(progress_path), 1) < FAULT_STEP:
             if time.monotonic() > deadline or job(plane, job_id)["phase"] in TERMINAL:
                 raise RuntimeError(f"{job_id} did not reach step {FAULT_STEP}: {job(plane, job_id)}")
             time.sleep(0.05)
@@ -299,7 +285,7 @@ def trial(plane: Plane, jobs_dir: Path, fault: str, mode: str, label: str) -> di
             pid = next(pid for pid, rank in ranks.items() if rank == 1)
             t_fault = time.time()
             os.kill(pid, signal.SIGKILL)
-        step_at_fault_marked = last_step(progress(progress_path), 1)
+        step_at_fault_marked = last_step(read_jsonl(progress_path), 1)
 
         # until attempt 2 is running, squeue every POLL s: when attempt 1 leaves the queue (or
         # its last active state) and when attempt 2 shows RUNNING
@@ -332,11 +318,9 @@ def trial(plane: Plane, jobs_dir: Path, fault: str, mode: str, label: str) -> di
         events = plane.http.get(f"/api/jobs/{job_id}/events", headers=plane.as_(USER)).json()
         result = cloudpickle.loads(plane.http.get(f"/api/jobs/{job_id}/result", headers=plane.as_(USER)).content) \
             if done["result_available"] else None
-        lines = progress(progress_path)
-        resume = job_dir / "attempts" / "2" / "resume.json"
-        resume_report = json.loads(resume.read_text()) if resume.exists() else None
-        checkpoints = [json.loads(line) for line in (job_dir / "attempts" / "1" / "checkpoints.jsonl").read_text().splitlines()] \
-            if (job_dir / "attempts" / "1" / "checkpoints.jsonl").exists() else []
+        lines = read_jsonl(progress_path)
+        resume_report = JobDir(job_dir).read_resume(2)
+        checkpoints = JobDir(job_dir).read_checkpoints(1)
         slurm_log = slurmctld_events([a1] + ([a2] if a2 else []), t_fault - 120)
     finally:
         if victim:

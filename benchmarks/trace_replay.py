@@ -73,7 +73,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
-import hashlib
 import heapq
 import math
 import sys
@@ -83,9 +82,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
-from _common import REPO, percentile, print_table, ratio, write_results
+from _common import REPO, percentile, print_table, ratio, scheduling_digest, write_results
 
-from cellscale_hub.scheduling import admission
 from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.tenancy import Tenancy
@@ -522,13 +520,6 @@ def offered_load(jobs: list[TraceJob], fleet: int) -> dict:
             "offered_load_middle_90pct": mid / max(hi - lo, 1.0) / fleet}
 
 
-def source_digest() -> dict[str, str]:
-    """The scheduling code measured (it may be uncommitted): sha256 of each file, first 12."""
-    here = Path(admission.__file__).parent
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:12]
-            for p in (here / "admission.py", here / "fairshare.py", here.parent / "tenancy.py")}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
@@ -604,7 +595,7 @@ def main() -> None:
                     "grace_s": args.grace_seconds, "window_h": args.window_hours, "settle": args.settle,
                     "limit": args.limit,
                     "days": args.days, "skip_days": args.skip_days},
-        "scheduling_source_sha256": source_digest(),
+        "scheduling_source_sha256": scheduling_digest(),
         "results": results,
         "ratio_cellscale_fifo": ({k: ratio(results["cellscale"][k], results["fifo"][k]) for k, _ in keys}
                                  if both else {}),

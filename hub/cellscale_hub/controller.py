@@ -276,9 +276,9 @@ class Controller:
         if obs.step is not None and obs.step != attempt.last_step:
             attempt.last_step, attempt.last_step_at = obs.step, utcnow()
         self._note_resume(session, job, attempt)
-        committed = JobDir(self.jobs_root / job.id).read_checkpoints(attempt.number)
-        if committed:  # victims are chosen by the work they would lose since their last checkpoint
-            attempt.last_checkpoint_at = datetime.fromtimestamp(committed[-1]["wall_time"], timezone.utc)
+        newest = JobDir(self.jobs_root / job.id).latest_checkpoint(attempt.number)
+        if newest:  # victims are chosen by the work they would lose since their last checkpoint
+            attempt.last_checkpoint_at = datetime.fromtimestamp(newest["wall_time"], timezone.utc)
         if obs.state is AttemptState.UNKNOWN:
             if attempt.state != AttemptState.UNKNOWN.value:
                 q.add_event(session, job, kind="attempt", attempt=attempt.number, reason="BackendUnknown",

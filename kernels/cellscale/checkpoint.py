@@ -69,8 +69,6 @@ MANIFEST = "MANIFEST.json"
 # Single-process saves and loads are a normal case here, not a mistake worth a warning per process.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized",
                         category=UserWarning)
-RESUME_REPORT = "resume.json"  # in <job>/attempts/<n>/: what the attempt resumed from
-CHECKPOINTS_LOG = "checkpoints.jsonl"  # in <job>/attempts/<n>/, one JSON line per committed checkpoint
 TMP_PREFIX = ".tmp-step-"
 _STEP_DIR = re.compile(r"step-(\d+)")
 log = logging.getLogger(__name__)
@@ -140,7 +138,7 @@ def notify_job_dir(checkpoint: Checkpoint) -> None:
     env = JobEnvironment.current()
     if not env.job_dir:
         return
-    path = JobDir(env.job_dir).attempt_dir(env.attempt) / CHECKPOINTS_LOG
+    path = JobDir(env.job_dir).checkpoints_log(env.attempt)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = open_log(path)
     try:
@@ -158,7 +156,7 @@ def record_resume(resume: Resume) -> None:
         return
     report = {"step": resume.checkpoint.step, "url": resume.checkpoint.url, "at": time.time(),
               "skipped": [s.model_dump() for s in resume.skipped]}
-    write_atomic(JobDir(env.job_dir).attempt_dir(env.attempt) / RESUME_REPORT, json.dumps(report).encode())
+    write_atomic(JobDir(env.job_dir).resume_report(env.attempt), json.dumps(report).encode())
 
 
 class _Group:

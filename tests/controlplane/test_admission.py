@@ -11,24 +11,28 @@ from tests.controlplane.conftest import Plane, two_desks
 
 TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED}
 
-# A deterministic toy training loop: 40 steps; total = 1 + 2 + ... + 40 = 820. On a
-# preemption warning it saves its state and stops; the next attempt resumes from it.
+# A deterministic toy training loop: STEPS steps (default 40); total = 1 + 2 + ... + STEPS.
+# On a preemption warning rank 0 saves the state to a plain file and every rank stops; the
+# next attempt resumes from it. (tests/controlplane/test_faults.py does the same with
+# cellscale.checkpoint; this one tests the warning itself.)
 TRAIN = """
 import json, os, time
 from cellscale.runtime import JobEnvironment
 env = JobEnvironment.current()
+steps, pause = int(os.environ.get("STEPS", "40")), float(os.environ.get("STEP_S", "0.2"))
 path = os.path.join(os.environ["CKPT_DIR"], "state.json")
 state = json.load(open(path)) if os.path.exists(path) else {"step": 0, "total": 0}
-print(f"attempt {env.attempt} starts at step {state['step']}", flush=True)
-while state["step"] < 40:
+print(f"attempt {env.attempt} rank {env.rank} starts at step {state['step']}", flush=True)
+while state["step"] < steps:
     state["step"] += 1
     state["total"] += state["step"]
-    time.sleep(0.2)
+    time.sleep(pause)
     if env.preempt_requested():
-        with open(path + ".tmp", "w") as f:
-            json.dump(state, f)
-        os.replace(path + ".tmp", path)
-        print(f"checkpointed at step {state['step']}", flush=True)
+        if env.rank == 0:
+            with open(path + ".tmp", "w") as f:
+                json.dump(state, f)
+            os.replace(path + ".tmp", path)
+            print(f"checkpointed at step {state['step']}", flush=True)
         env.stop_for_preemption()
 total = state["total"]
 """
@@ -93,7 +97,7 @@ def test_reclaim_warns_the_borrower_which_checkpoints_requeues_and_resumes(plane
     assert first["end_reason"].startswith("preempted: reclaimed by desk-b: desk-a was borrowing 2 local GPU(s) (this job held 4)")
     log = plane.http.get(f"/api/jobs/{borrower['id']}/logs", headers=plane.as_("alice")).json()["text"]
     stopped_at = int(log.split("checkpointed at step ")[1].split()[0])
-    assert f"attempt 2 starts at step {stopped_at}" in log and 0 < stopped_at < 40
+    assert f"attempt 2 rank 0 starts at step {stopped_at}" in log and 0 < stopped_at < 40
     events = plane.http.get(f"/api/jobs/{borrower['id']}/events", headers=plane.as_("alice")).json()
     reasons = [e["reason"] for e in events]
     assert "Preempting" in reasons and "Requeued" in reasons and "Failed" not in reasons

@@ -14,31 +14,12 @@ import cloudpickle
 import pytest
 
 from cellscale.spec import Phase
+from tests.controlplane.test_admission import TRAIN
 from tests.integration.test_slurm_backend import TERMINAL, logs, slurm_plane  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.integration
 
 STEPS = 60  # total = 1 + ... + 60 = 1830 on an uninterrupted run
-TRAIN = """
-import json, os, time
-from cellscale.runtime import JobEnvironment
-env = JobEnvironment.current()
-path = os.path.join(os.environ["CKPT_DIR"], "state.json")
-state = json.load(open(path)) if os.path.exists(path) else {"step": 0, "total": 0}
-print(f"attempt {env.attempt} rank {env.rank} starts at step {state['step']}", flush=True)
-while state["step"] < 60:
-    state["step"] += 1
-    state["total"] += state["step"]
-    time.sleep(0.25)
-    if env.preempt_requested():
-        if env.rank == 0:
-            with open(path + ".tmp", "w") as f:
-                json.dump(state, f)
-            os.replace(path + ".tmp", path)
-            print(f"checkpointed at step {state['step']}", flush=True)
-        env.stop_for_preemption()
-total = state["total"]
-"""
 
 
 def assoc(cluster, account: str) -> tuple[str, str]:
@@ -85,7 +66,8 @@ def test_borrowed_gpus_are_reclaimed_with_a_warning_and_the_borrower_resumes(slu
     ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=slurm_cluster.jobs_dir))
     ckpt.chmod(0o777)  # the job runs as alice
     borrower = slurm_plane.submit("alice", source=TRAIN, launcher="plain", outputs=["total"],
-                                  resources={"nodes": 3, "gpus_per_node": 8}, env={"CKPT_DIR": str(ckpt)}).json()
+                                  resources={"nodes": 3, "gpus_per_node": 8},
+                                  env={"CKPT_DIR": str(ckpt), "STEPS": str(STEPS), "STEP_S": "0.25"}).json()
     running = slurm_plane.run_until(borrower["id"], {Phase.RUNNING}, timeout=180)
     assert running["borrowed"] == 8  # 24 GPUs on a nominal 16: desk-b's idle GPUs
     owner = slurm_plane.submit("bob", source="import os\nprint('desk-b on', os.environ['CELLSCALE_NODE'])",

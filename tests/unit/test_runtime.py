@@ -69,3 +69,17 @@ def test_a_survivors_error_after_a_lost_peer_is_not_a_user_error(tmp_path):
     assert job.read_error(1)["kind"] == "exception" and "learning rate" in job.read_error(1)["summary"]
     record_error(job, 1, gloo)  # but never the other way round
     assert job.read_error(1)["kind"] == "exception"
+
+
+def test_the_newest_checkpoint_is_read_from_the_log_tail(tmp_path):
+    import json
+
+    from cellscale.runtime.jobdir import JobDir
+
+    job = JobDir(tmp_path)
+    assert job.latest_checkpoint(1) is None
+    job.attempt_dir(1).mkdir(parents=True)
+    lines = [json.dumps({"step": step, "url": f"/ckpt/step-{step}", "wall_time": step}) for step in range(500)]
+    job.checkpoints_log(1).write_text("\n".join(lines) + '\n{"step": 500, "ur')  # longer than the tail; torn end
+    assert job.latest_checkpoint(1)["step"] == 499
+    assert [c["step"] for c in job.read_checkpoints(1)] == list(range(500))

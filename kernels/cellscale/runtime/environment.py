@@ -17,7 +17,8 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
+
+from cellscale.runtime.jobdir import JobDir, write_atomic
 
 _last_report = 0.0
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: the rank stopped because of a preemption warning
@@ -51,7 +52,7 @@ class JobEnvironment:
     def preempt_requested(self) -> bool:
         """True once this attempt was warned that it will be stopped (a stat: cheap enough
         to call every step)."""
-        return bool(self.job_dir) and (self._attempt_dir() / "preempt-notice").exists()
+        return bool(self.job_dir) and JobDir(self.job_dir).preempt_notice(self.attempt).exists()
 
     def stop_for_preemption(self) -> None:
         """End this rank after a preemption warning; the job is requeued, not failed."""
@@ -65,28 +66,12 @@ class JobEnvironment:
         if self.rank != 0 or not self.job_dir or now - _last_report < 1.0:
             return
         _last_report = now
-        path = self._attempt_dir() / "progress.json"
-        tmp = path.with_name(f".progress.{os.getpid()}")
-        tmp.write_text(json.dumps({"step": step, "at": time.time()}))
-        os.replace(tmp, path)
+        write_atomic(JobDir(self.job_dir).progress(self.attempt), json.dumps({"step": step, "at": time.time()}).encode())
 
     @property
     def resume_from(self) -> str | None:
         """The URL of the newest checkpoint an earlier attempt of this job committed (the
         checkpointer verifies it, and falls back to an older one if it must)."""
-        newest = None
-        for attempt in range(1, self.attempt):
-            log = Path(self.job_dir) / "attempts" / str(attempt) / "checkpoints.jsonl"
-            try:
-                lines = log.read_text().splitlines()
-            except OSError:
-                continue
-            for line in lines:
-                try:
-                    newest = json.loads(line)["url"]
-                except (ValueError, KeyError):
-                    continue
-        return newest
-
-    def _attempt_dir(self) -> Path:
-        return Path(self.job_dir) / "attempts" / str(self.attempt)
+        job = JobDir(self.job_dir)
+        committed = [c for attempt in range(1, self.attempt) for c in job.read_checkpoints(attempt)]
+        return committed[-1].get("url") if committed else None

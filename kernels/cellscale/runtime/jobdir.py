@@ -109,26 +109,48 @@ class JobDir:
         """Exists once the attempt was warned of preemption (any node's supervisor writes it)."""
         return self.attempt_dir(attempt) / "preempt-notice"
 
+    def checkpoints_log(self, attempt: int) -> Path:
+        """cellscale.checkpoint's notifier appends one JSON line per committed checkpoint."""
+        return self.attempt_dir(attempt) / "checkpoints.jsonl"
+
     def read_checkpoints(self, attempt: int) -> list[dict]:
-        """The checkpoints rank 0 committed in this attempt (cellscale.checkpoint's notifier
-        appends one JSON line each), oldest first; a torn last line is skipped."""
+        """The checkpoints rank 0 committed in this attempt, oldest first."""
+        return read_jsonl(self.checkpoints_log(attempt))
+
+    def latest_checkpoint(self, attempt: int) -> dict | None:
+        """The newest committed checkpoint, from the log's tail only: the control plane asks
+        every cycle, and the log grows with the job."""
         try:
-            lines = (self.attempt_dir(attempt) / "checkpoints.jsonl").read_text().splitlines()
+            with open(self.checkpoints_log(attempt), "rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+                tail = log.read().decode(errors="replace").splitlines()
         except OSError:
-            return []
-        out = []
-        for line in lines:
+            return None
+        for line in reversed(tail):
             try:
-                out.append(json.loads(line))
+                return json.loads(line)
             except ValueError:
-                continue
-        return out
+                continue  # torn (being written), or cut by the seek
+        return None
+
+    def resume_report(self, attempt: int) -> Path:
+        """What the attempt resumed from (written once by cellscale.checkpoint on rank 0)."""
+        return self.attempt_dir(attempt) / "resume.json"
 
     def read_resume(self, attempt: int) -> dict | None:
-        """What the attempt resumed from (written once by cellscale.checkpoint on rank 0)."""
         try:
-            return json.loads((self.attempt_dir(attempt) / "resume.json").read_text())
+            return json.loads(self.resume_report(attempt).read_text())
         except (OSError, ValueError):
+            return None
+
+    def progress(self, attempt: int) -> Path:
+        """Rank 0's last reported training step (JobEnvironment.report_step)."""
+        return self.attempt_dir(attempt) / "progress.json"
+
+    def read_step(self, attempt: int) -> int | None:
+        try:
+            return json.loads(self.progress(attempt).read_text())["step"]
+        except (OSError, ValueError, KeyError):
             return None
 
     def read_error(self, attempt: int) -> dict | None:
@@ -169,6 +191,21 @@ class JobDir:
         finally:
             os.close(fd)
         return False
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """One JSON value per line, oldest first; a torn line (being written) is skipped."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 def write_atomic(path: Path, data: bytes) -> None:

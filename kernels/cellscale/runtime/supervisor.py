@@ -175,15 +175,9 @@ class Supervisor:
         """Every few seconds: alive, with rank 0's last reported step."""
         path = self.dir / "heartbeat.json"
         while not self.done.is_set():
-            beat = {"at": time.time(), "pid": os.getpid(), "step": self._step()}
+            beat = {"at": time.time(), "pid": os.getpid(), "step": self.job.read_step(self.attempt)}
             write_atomic(path, json.dumps(beat).encode())
             self.done.wait(HEARTBEAT_SECONDS)
-
-    def _step(self) -> int | None:
-        try:
-            return json.loads((self.job.attempt_dir(self.attempt) / "progress.json").read_text())["step"]
-        except (OSError, ValueError, KeyError):
-            return None
 
 
 @contextmanager
