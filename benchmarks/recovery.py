@@ -65,7 +65,7 @@ from _common import REPO, median, print_table, ratio, write_results
 from sqlalchemy import select
 
 sys.path.insert(0, str(REPO))  # for the test suite's in-process Plane
-from cellscale.runtime.jobdir import JobDir, read_jsonl  # noqa: E402
+from cellscale.runtime.jobdir import JobDir  # noqa: E402
 from cellscale_hub import proc  # noqa: E402
 from cellscale_hub.dev import slurm as dev_slurm  # noqa: E402
 from cellscale_hub.drivers.slurm import SlurmDriver  # noqa: E402
@@ -224,6 +224,21 @@ def ts(value: str | None) -> float | None:
     return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """The cell's own progress marks, one JSON object per line; a torn last line is skipped."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
 def last_step(lines: list[dict], attempt: int) -> int:
     return max((e["step"] for e in lines if e["attempt"] == attempt and e["event"] == "step"), default=0)
 
@@ -347,7 +362,7 @@ def trial(plane: Plane, jobs_dir: Path, fault: str, mode: str, label: str) -> di
         "slurm_started": slurm_log.get(a2, {}).get("allocated"),
         "running": ts(second["started_at"]),
         "cell_started": next(e["at"] for e in a2_lines if e["event"] == "load_begin"),
-        "loaded": resume_report["at"] if resume_report else loaded_line["at"],
+        "loaded": resume_report.at if resume_report else loaded_line["at"],
         "first_step": a2_steps[0]["at"],
         "back": next(e["at"] for e in a2_steps if e["step"] >= step_at_fault),
     }
@@ -364,10 +379,10 @@ def trial(plane: Plane, jobs_dir: Path, fault: str, mode: str, label: str) -> di
                           if k in ("state", "fault", "end_reason", "failed_nodes", "exit_code")},
         "excluded_nodes": done["excluded_nodes"],
         "second_attempt_nodes": slurm("sacct", "-n", "-X", "-P", "-j", a2, "-o", "NodeList").strip() if a2 else None,
-        "resume_report": resume_report,
-        "checkpoints_committed_before_fault": [{"step": c["step"], "write_s": round(c["write_s"], 3),
-                                                "committed_s_before_fault": round(t_fault - c["wall_time"], 3)}
-                                               for c in checkpoints if c["wall_time"] <= t_fault],
+        "resume_report": resume_report.model_dump() if resume_report else None,
+        "checkpoints_committed_before_fault": [{"step": c.step, "write_s": round(c.write_s, 3),
+                                                "committed_s_before_fault": round(t_fault - c.wall_time, 3)}
+                                               for c in checkpoints if c.wall_time <= t_fault],
         "backend_unknown_events": sum(1 for e in events if e["reason"] == "BackendUnknown"),
         "events": [f"{ts(e['at']) - t_fault:+.3f} a{e['attempt']} {e['reason']}: {e['message']}" for e in events
                    if ts(e["at"]) >= t_fault - 1],

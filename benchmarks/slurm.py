@@ -62,7 +62,7 @@ from tests.controlplane.conftest import Plane  # noqa: E402
 USER = "alice"  # account desk-a
 PARTITION = "gpu"
 POLL = 0.1
-SCHED_PERIOD = 5.0  # sched_interval and bf_interval in config/slurm/slurm.conf.in
+SCHED_PERIOD = 5.0  # sched_interval and bf_interval in cellscale_hub/dev/slurm_templates/slurm.conf.in
 TENANCY = Tenancy.single("desk-a", {"slurm": 32})
 CPU_ONLY = {"nodes": 1, "gpus_per_node": 0}
 SLEEPER = "import time\ntime.sleep(60)\n"  # cancelled as soon as it is seen running

@@ -12,7 +12,7 @@ import os
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Float, Unicode, default
 
-from cellscale_server.control_plane import ControlPlane
+from cellscale_server.control_plane import ControlPlaneClient
 from cellscale_server.handlers import handlers
 
 
@@ -33,12 +33,12 @@ class CellscaleServerApp(ExtensionApp):
     def _token(self) -> str:
         return os.environ.get("CELLSCALE_TOKEN") or os.environ.get("JUPYTERHUB_API_TOKEN", "")
 
-    _control_plane: ControlPlane | None = None
+    _control_plane: ControlPlaneClient | None = None
 
     @property
-    def control_plane(self) -> ControlPlane:
+    def control_plane(self) -> ControlPlaneClient:
         if self._control_plane is None:
-            self._control_plane = ControlPlane(self.control_plane_url, self.control_plane_token)
+            self._control_plane = ControlPlaneClient(self.control_plane_url, self.control_plane_token)
         return self._control_plane
 
     def initialize_handlers(self) -> None:

@@ -1,5 +1,8 @@
 """The server extension's one client of the control plane: plain calls, and a followed log.
 
+Answers are read as the kernel's own client reads them (cellscale.wire): the same server-sent
+log events parser, giving LogChunk models, and the same error sentence.
+
 Every call carries the server's own hub token, so the control plane sees the server's user
 (JupyterHub mints it with `Spawner.server_token_scopes`). Paths are built only from constants
 and validated job ids; query values go through httpx's encoding, never into a string we build.
@@ -13,6 +16,9 @@ import re
 from collections.abc import AsyncIterator, Mapping
 
 import httpx
+
+from cellscale.spec import LogChunk
+from cellscale.wire import LogEvents, error_detail
 
 JOB_ID = re.compile(r"^cs-[0-9a-f]{12}$")
 RECONNECT_DELAYS_S = (0.5, 1, 2, 4, 8)
@@ -34,22 +40,12 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
-def _detail(status: int, body: bytes) -> str:
-    try:
-        detail = json.loads(body).get("detail")
-    except (ValueError, AttributeError):
-        detail = None
-    if isinstance(detail, str):
-        return detail
-    return body.decode(errors="replace")[:200] or f"HTTP {status}"
-
-
 def _unreachable(exc: httpx.HTTPError) -> ControlPlaneError:
     detail = f"cannot reach the control plane: {type(exc).__name__}: {exc}"
     return ControlPlaneError(502, json.dumps({"detail": detail}).encode(), detail)
 
 
-class ControlPlane:
+class ControlPlaneClient:
     def __init__(self, url: str, token: str, timeout_s: float = 10.0,
                  transport: httpx.AsyncBaseTransport | None = None):
         self.url = url
@@ -67,12 +63,12 @@ class ControlPlane:
         response = await self.request("GET", path, params)
         if response.status_code != 200:
             status, body = response.status_code, response.content
-            raise ControlPlaneError(status, body, _detail(status, body))
+            raise ControlPlaneError(status, body, error_detail(status, body))
         return response.json()
 
-    async def follow_logs(self, job_id: str, offset: int) -> AsyncIterator[dict]:
-        """The job's log from byte `offset` as LogChunk dicts, live, until the control plane
-        says it is complete (the last chunk has `complete: true`). A dropped stream is resumed
+    async def follow_logs(self, job_id: str, offset: int) -> AsyncIterator[LogChunk]:
+        """The job's log from byte `offset` as LogChunks, live, until the control plane says
+        it is complete (the last chunk has `complete: true`). A dropped stream is resumed
         from the last offset (Last-Event-ID), after RECONNECT_DELAYS_S."""
         check_job_id(job_id)
         failures = 0
@@ -80,9 +76,9 @@ class ControlPlane:
             try:
                 async for chunk in self._stream(job_id, offset):
                     failures = 0
-                    offset = chunk["next_offset"]
+                    offset = chunk.next_offset
                     yield chunk
-                    if chunk["complete"]:
+                    if chunk.complete:
                         return
             except httpx.HTTPError as exc:
                 if failures >= len(RECONNECT_DELAYS_S):
@@ -93,7 +89,7 @@ class ControlPlane:
             await asyncio.sleep(RECONNECT_DELAYS_S[failures])
             failures += 1
 
-    async def _stream(self, job_id: str, offset: int) -> AsyncIterator[dict]:
+    async def _stream(self, job_id: str, offset: int) -> AsyncIterator[LogChunk]:
         """One server-sent-events request; yields each event's LogChunk until the stream ends."""
         timeout = httpx.Timeout(10.0, read=60.0)  # the control plane sends a keepalive every 15 s
         async with self._client.stream("GET", f"api/jobs/{job_id}/logs", params={"offset": offset, "follow": "true"},
@@ -101,16 +97,12 @@ class ControlPlane:
                                        timeout=timeout) as response:
             if response.status_code != 200:
                 body = await response.aread()
-                raise ControlPlaneError(response.status_code, body, _detail(response.status_code, body))
-            data: list[str] = []
+                raise ControlPlaneError(response.status_code, body, error_detail(response.status_code, body))
+            events = LogEvents()
             async for line in response.aiter_lines():
-                if line == "":
-                    if data:
-                        yield json.loads("\n".join(data))
-                    data = []
-                elif line.startswith("data:"):
-                    data.append(line[5:].removeprefix(" "))
-                # `id:` repeats next_offset and `event: end` repeats complete; `:` lines keep alive
+                chunk = events.feed(line)
+                if chunk is not None:
+                    yield chunk
 
     async def aclose(self) -> None:
         await self._client.aclose()

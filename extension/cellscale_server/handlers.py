@@ -24,7 +24,7 @@ from jupyter_server.base.websocket import WebSocketMixin
 from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from cellscale_server.control_plane import ControlPlane, ControlPlaneError, check_job_id
+from cellscale_server.control_plane import ControlPlaneClient, ControlPlaneError, check_job_id
 
 if TYPE_CHECKING:
     from cellscale_server.app import CellscaleServerApp
@@ -50,7 +50,7 @@ class _Relay(APIHandler):
     def initialize(self, app: CellscaleServerApp) -> None:
         self.app = app
 
-    def control_plane(self) -> ControlPlane:
+    def control_plane(self) -> ControlPlaneClient:
         if not self.app.control_plane_url:
             raise web.HTTPError(503, "no control plane configured (set CELLSCALE_URL)")
         return self.app.control_plane
@@ -148,7 +148,7 @@ class _Feed(WebSocketMixin, WebSocketHandler, JupyterHandler):
     async def pump(self) -> None:
         raise NotImplementedError
 
-    def control_plane(self) -> ControlPlane:
+    def control_plane(self) -> ControlPlaneClient:
         if not self.app.control_plane_url:
             raise web.HTTPError(503, "no control plane configured (set CELLSCALE_URL)")
         return self.app.control_plane
@@ -192,7 +192,7 @@ class LogsFeed(_Feed):
 
     async def pump(self) -> None:
         async for chunk in self.control_plane().follow_logs(self.job_id, self.offset):
-            await self.write_message(json.dumps(chunk))
+            await self.write_message(json.dumps(chunk.model_dump()))
         self.close(1000, "the log is complete")
 
 

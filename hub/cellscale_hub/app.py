@@ -22,14 +22,13 @@ from jupyterhub.services.auth import HubOAuth
 from traitlets import Bool, Dict, Float, Integer, Unicode, default
 from traitlets.config import Application
 
-from cellscale.runtime.jobdir import write_atomic
 from cellscale_hub.api import build_app
-from cellscale_hub.api.context import Context
+from cellscale_hub.api.context import Context, Settings
 from cellscale_hub.auth import HubIdentity, StaticTokenIdentity
 from cellscale_hub.controller import Controller
 from cellscale_hub.drivers import Driver, driver_class
 from cellscale_hub.store import Store
-from cellscale_hub.store.tenancy import TenancyBook
+from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy
 
 PERSONAL_TENANT = "personal"
@@ -170,17 +169,18 @@ class ControlPlane(Application):
             hub_oauth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)
             identity = HubIdentity(hub_oauth, self.service_name)
             prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
-        ctx = Context(store=store, controller=controller, drivers=drivers, tenancy=tenancy,
-                      identity=identity, jobs_root=jobs_root, bundles_root=bundles_root, prefix=prefix,
+        settings = Settings(fair_share_half_life_s=self.fair_share_half_life, preemption_grace_s=self.preemption_grace,
+                            heartbeat_timeout_s=self.heartbeat_timeout)
+        ctx = Context(store=store, wake=controller.wake, drivers=drivers, tenancy=tenancy, identity=identity,
+                      jobs_root=jobs_root, bundles_root=bundles_root, prefix=prefix, settings=settings,
                       hub_oauth=hub_oauth)
         app = build_app(ctx)
         controller.start()
         host, port = sock.getsockname()[:2]
         url = f"http://{host}:{port}{prefix}"
-        write_atomic(data / "control-plane.pid", str(os.getpid()).encode())
+        _write_private(data / "control-plane.pid", str(os.getpid()))
         if self.personal:
-            write_atomic(data / "server.json", json.dumps({"url": url, "token": token, "pid": os.getpid()}).encode())
-            os.chmod(data / "server.json", 0o600)
+            _write_private(data / "server.json", json.dumps({"url": url, "token": token, "pid": os.getpid()}))
         self.log.info("cellscale control plane on %s (store %s, backends %s)", url, store.engine.url.render_as_string(), list(drivers))
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False))
         try:
@@ -190,6 +190,14 @@ class ControlPlane(Application):
         finally:
             controller.stop()
             store.dispose()
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only this user can read, so readers see all of it or none (rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o600)
+    tmp.replace(path)
 
 
 def main(argv=None) -> None:

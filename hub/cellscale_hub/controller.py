@@ -16,19 +16,19 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from cellscale.runtime.jobdir import JobDir
-from cellscale.spec import AttemptState, JobSpec, Phase
-from cellscale_hub.drivers import AttemptRef, Driver, Observation
+from cellscale.spec import JobSpec
+from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, AttemptState, EventKind, EventReason, Fault, Phase
+from cellscale_hub.drivers import AttemptRef, Driver, Observation, flavor_capacities
+from cellscale_hub.faults import decide
 from cellscale_hub.lifecycle import outcome_of
-from cellscale_hub.plans import prepare_job_dir
-from cellscale_hub import quota
-from cellscale_hub.faults import Fault, decide
+from cellscale_hub.refs import attempt_ref
 from cellscale_hub.scheduling.admission import Admission, Preemption, schedule
 from cellscale_hub.scheduling.capacity import allocate
 from cellscale_hub.store import Store
 from cellscale_hub.store import jobs as q
+from cellscale_hub.store import usage
 from cellscale_hub.store.models import Attempt, Job, utcnow
-from cellscale_hub.store.tenancy import TenancyBook
+from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy
 
 log = logging.getLogger("cellscale.controller")
@@ -101,11 +101,7 @@ class Controller:
                           getattr(step, "__name__", "launch"), name)
 
     def ref(self, job: Job, attempt: Attempt) -> AttemptRef:
-        return AttemptRef(
-            job_id=job.id, number=attempt.number, job_dir=self.jobs_root / job.id, spec=JobSpec.model_validate(job.spec),
-            gpu_ids=tuple(attempt.gpu_ids or ()), backend_ref=attempt.backend_ref, submitted_at=attempt.submitted_at,
-            owner=job.owner, tenant=job.tenant, excluded_nodes=tuple(job.excluded_nodes or ()),
-        )
+        return attempt_ref(self.jobs_root, job, attempt)
 
     def mirror_tenancy(self, backend: str, driver: Driver) -> None:
         """Tell the backend's own scheduler about quotas and shares, once per tenancy change
@@ -116,18 +112,6 @@ class Controller:
             self._mirrored[backend] = revision
 
     # -- admission ---------------------------------------------------------------------------
-    def capacities(self, tenancy: Tenancy) -> dict[str, int]:
-        """Physical GPUs per flavor: its backend's capacity (a backend that does not answer has none)."""
-        out = {}
-        for flavor, spec in tenancy.flavors.items():
-            driver = self.drivers.get(spec.backend)
-            try:
-                out[flavor] = driver.capacity().capacity_gpus if driver else 0
-            except Exception:  # admission goes on for the other backends
-                log.exception("backend %s did not report its capacity; nothing is admitted on it now", spec.backend)
-                out[flavor] = 0
-        return out
-
     def admit(self) -> list[tuple[Job, Attempt]]:
         """One scheduling cycle: admit, warn victims, and record why the rest wait. Returns
         the attempts to launch (at most `launches_per_cycle`; the rest next cycle)."""
@@ -136,7 +120,8 @@ class Controller:
         with self.store.session() as session:
             if not q.has_pending(session):
                 return []
-            snap = quota.snapshot(session, tenancy, self.capacities(tenancy), now, self.fair_share_half_life_s)
+            snap = usage.snapshot(session, tenancy, flavor_capacities(tenancy, self.drivers), now,
+                                  self.fair_share_half_life_s)
         if not snap.pending:
             return []
         decision = schedule(snap)
@@ -165,7 +150,7 @@ class Controller:
 
     def _admit_one(self, session, tenancy: Tenancy, grant: Admission, in_use: dict[str, list[int]]):
         job = session.get(Job, grant.job_id)
-        if job is None or Phase(job.phase) is not Phase.PENDING or job.cancel_requested:
+        if job is None or job.phase is not Phase.PENDING or job.cancel_requested:
             return None
         backend = tenancy.flavors[grant.flavor].backend
         driver = self.drivers[backend]
@@ -177,21 +162,21 @@ class Controller:
             in_use[backend].extend(gpu_ids)
         job.backend, job.flavor, job.borrowed, job.pending = backend, grant.flavor, grant.borrowed, None
         attempt = Attempt(job_id=job.id, number=len(job.attempts) + 1, backend=backend,
-                          state=AttemptState.SUBMITTING.value, gpu_ids=gpu_ids)
+                          state=AttemptState.SUBMITTING, gpu_ids=gpu_ids)
         job.attempts.append(attempt)
         borrowing = f", {grant.borrowed} borrowed from the cohort" if grant.borrowed else ""
-        q.transition(session, job, Phase.ADMITTED, "QuotaReserved", attempt=attempt.number,
+        q.transition(session, job, Phase.ADMITTED, EventReason.QuotaReserved, attempt=attempt.number,
                      message=f"{job.gpus} {grant.flavor} GPU(s) reserved in {job.cluster_queue}{borrowing}")
         return job, attempt
 
     def _start_preemption(self, session, preemption: Preemption, now):
         job = session.get(Job, preemption.job_id)
-        if job is None or job.preempt_deadline is not None or Phase(job.phase).terminal:
+        if job is None or job.preempt_deadline is not None or job.phase.terminal:
             return None
         job.preempt_deadline = now + timedelta(seconds=self.preemption_grace_s)
         job.preempt_reason = preemption.reason
         attempt = job.attempts[-1]
-        q.add_event(session, job, kind="preemption", attempt=attempt.number, reason="Preempting",
+        q.add_event(session, job, kind=EventKind.PREEMPTION, attempt=attempt.number, reason=EventReason.Preempting,
                     message=f"{preemption.reason}; warned, stopping in {self.preemption_grace_s:.0f} s "
                             "(checkpoint now to lose nothing)")
         return job.backend, self.ref(job, attempt)
@@ -201,9 +186,9 @@ class Controller:
         """Write each waiting job's reason only when it changed (most cycles change none)."""
         if not decision.pending:
             return
-        current = dict(session.execute(select(Job.id, Job.pending).where(Job.phase == Phase.PENDING.value)).all())
+        current = dict(session.execute(select(Job.id, Job.pending).where(Job.phase == Phase.PENDING)).all())
         for job_id, reason in decision.pending.items():
-            view = quota.pending_view(reason).model_dump(mode="json")
+            view = usage.pending_view(reason).model_dump(mode="json")
             if current.get(job_id) != view:
                 q.set_pending(session, job_id, view, reason.message)
 
@@ -212,7 +197,7 @@ class Controller:
         spec = ref.spec
         bundle = self.bundles_root / spec.inputs_sha256 if spec.inputs_sha256 else None
         try:
-            prepare_job_dir(ref, bundle, driver.launch_plan(ref))
+            driver.prepare(ref, bundle)
             backend_ref = driver.submit(ref)
             error = None
         except Exception as exc:
@@ -225,8 +210,8 @@ class Controller:
             if error:
                 self._end_attempt(session, job, attempt, Observation(AttemptState.FAILED, reason=f"submit failed: {error}"))
                 return
-            attempt.state = AttemptState.STARTING.value
-            q.transition(session, job, Phase.STARTING, "Submitted", attempt=attempt.number,
+            attempt.state = AttemptState.STARTING
+            q.transition(session, job, Phase.STARTING, EventReason.Submitted, attempt=attempt.number,
                          message=f"submitted to {driver.name} as {backend_ref}")
 
     def reconcile(self, backend: str, driver: Driver) -> None:
@@ -235,7 +220,7 @@ class Controller:
             if not attempts:
                 return
             refs = {a.id: self.ref(a.job, a) for a in attempts}
-        observations = driver.poll(list(refs.values()))  # one batched query per backend
+        observations = driver.observe_attempts(list(refs.values()))  # one batched query per backend
         relaunch, hung = [], []
         with self.store.session() as session:
             for attempt_id, ref in refs.items():
@@ -275,15 +260,15 @@ class Controller:
             attempt.last_heartbeat = obs.heartbeat
         if obs.step is not None and obs.step != attempt.last_step:
             attempt.last_step, attempt.last_step_at = obs.step, utcnow()
-        self._note_resume(session, job, attempt)
-        newest = JobDir(self.jobs_root / job.id).latest_checkpoint(attempt.number)
-        if newest:  # victims are chosen by the work they would lose since their last checkpoint
-            attempt.last_checkpoint_at = datetime.fromtimestamp(newest["wall_time"], timezone.utc)
+        self._note_resume(session, job, attempt, obs)
+        if obs.checkpoint:  # victims are chosen by the work they would lose since their last checkpoint
+            attempt.last_checkpoint_at = datetime.fromtimestamp(obs.checkpoint.wall_time, timezone.utc)
         if obs.state is AttemptState.UNKNOWN:
-            if attempt.state != AttemptState.UNKNOWN.value:
-                q.add_event(session, job, kind="attempt", attempt=attempt.number, reason="BackendUnknown",
+            if attempt.state is not AttemptState.UNKNOWN:
+                q.add_event(session, job, kind=EventKind.ATTEMPT, attempt=attempt.number,
+                            reason=EventReason.BackendUnknown,
                             message=obs.reason or "the backend did not report this attempt; keeping it")
-            attempt.state = AttemptState.UNKNOWN.value
+            attempt.state = AttemptState.UNKNOWN
             return
         if obs.state.ended:
             self._end_attempt(session, job, attempt, obs)
@@ -292,68 +277,70 @@ class Controller:
             return
         if obs.state is AttemptState.RUNNING and attempt.started_at is None:
             attempt.started_at = utcnow()
-        attempt.state = obs.state.value
+        attempt.state = obs.state
         outcome = outcome_of(obs.state, obs.reason, job.cancel_requested)
-        if outcome is None or Phase(job.phase).terminal:
+        if outcome is None or job.phase.terminal:
             return
-        if Phase(job.phase) is outcome.phase:
+        if job.phase is outcome.phase:
             job.reason = outcome.reason  # e.g. Slurm's own reason for waiting changed
         else:
-            q.transition(session, job, outcome.phase, outcome.phase.value.title(), attempt=attempt.number,
+            q.transition(session, job, outcome.phase, EventReason.of_phase(outcome.phase), attempt=attempt.number,
                          message=outcome.reason)
 
     def _end_attempt(self, session, job: Job, attempt: Attempt, obs: Observation) -> None:
-        attempt.state, attempt.exit_code, attempt.end_reason = obs.state.value, obs.exit_code, obs.reason
+        attempt.state, attempt.exit_code, attempt.end_reason = obs.state, obs.exit_code, obs.reason
         attempt.ended_at = utcnow()
         attempt.failed_nodes = list(obs.failed_nodes)
         preempted = job.preempt_deadline is not None and not job.cancel_requested and obs.state is not AttemptState.SUCCEEDED
         fault = Fault.PREEMPTION if preempted else (None if job.cancel_requested else obs.fault)
-        attempt.fault = fault.value if fault else None
-        q.add_event(session, job, kind="attempt", attempt=attempt.number,
-                    reason="Preempted" if preempted else obs.state.value.title(), message=obs.reason)
+        attempt.fault = fault
+        q.add_event(session, job, kind=EventKind.ATTEMPT, attempt=attempt.number,
+                    reason=EventReason.Preempted if preempted else EventReason.of_attempt_end(obs.state),
+                    message=obs.reason)
         if preempted:
             attempt.end_reason = f"preempted: {job.preempt_reason}"
-            self._requeue(session, job, attempt, "Preempted", job.preempt_reason,
+            self._requeue(session, job, attempt, EventReason.Preempted, job.preempt_reason,
                           "requeued after preemption; the next attempt resumes from its checkpoint")
             return
         verdict = decide(JobSpec.model_validate(job.spec).retries, fault,
                          [a.fault for a in job.attempts if a is not attempt]) if fault else None
-        if verdict and verdict.retry and not Phase(job.phase).terminal:
+        if verdict and verdict.retry and not job.phase.terminal:
             job.excluded_nodes = sorted(set(job.excluded_nodes or []) | set(obs.failed_nodes))
             avoid = f"; avoiding {', '.join(job.excluded_nodes)}" if obs.failed_nodes else ""
-            self._requeue(session, job, attempt, "Retrying", f"{obs.reason} ({verdict.words(fault)})",
-                          f"retry after {fault.value.replace('_', ' ')}{avoid}; the next attempt resumes from the "
+            self._requeue(session, job, attempt, EventReason.Retrying, f"{obs.reason} ({verdict.words(fault)})",
+                          f"retry after {fault.words}{avoid}; the next attempt resumes from the "
                           "newest verified checkpoint")
             return
         outcome = outcome_of(obs.state, obs.reason, job.cancel_requested)
-        if outcome is None or Phase(job.phase).terminal:
+        if outcome is None or job.phase.terminal:
             return
         if outcome.phase is Phase.SUCCEEDED:
-            job.result_available = (self.jobs_root / job.id / "result.pkl").exists()
+            job.result_available = obs.result
         message = f"{outcome.reason} ({verdict.words(fault)})" if verdict else outcome.reason
-        q.transition(session, job, outcome.phase, _reason_word(obs), attempt=attempt.number, message=message)
+        q.transition(session, job, outcome.phase, EventReason.of_job_end(obs.state), attempt=attempt.number,
+                     message=message)
 
-    def _note_resume(self, session, job: Job, attempt: Attempt) -> None:
+    @staticmethod
+    def _note_resume(session, job: Job, attempt: Attempt, obs: Observation) -> None:
         """Once per attempt: which checkpoint it resumed from, and the newer ones it passed
         over because they failed verification (cellscale.checkpoint reports both)."""
-        if attempt.resumed_step is not None:
+        resume = obs.resume
+        if attempt.resumed_step is not None or resume is None:
             return
-        resume = JobDir(self.jobs_root / job.id).read_resume(attempt.number)
-        if resume is None or resume.get("step") is None:
-            return
-        attempt.resumed_step = resume["step"]
-        skipped = "; ".join(f"skipped step {s['step']}: {s['reason']}" for s in resume.get("skipped", []))
-        q.add_event(session, job, kind="checkpoint", attempt=attempt.number,
-                    reason="ResumedWithFallback" if skipped else "Resumed",
-                    message=f"resumed from the checkpoint of step {resume['step']}" + (f" ({skipped})" if skipped else ""))
+        attempt.resumed_step = resume.step
+        skipped = "; ".join(f"skipped step {s.step}: {s.reason}" for s in resume.skipped)
+        q.add_event(session, job, kind=EventKind.CHECKPOINT, attempt=attempt.number,
+                    reason=EventReason.ResumedWithFallback if skipped else EventReason.Resumed,
+                    message=f"resumed from the checkpoint of step {resume.step}" + (f" ({skipped})" if skipped else ""))
 
-    def _requeue(self, session, job: Job, attempt: Attempt, why: str, detail: str | None, words: str) -> None:
+    def _requeue(self, session, job: Job, attempt: Attempt, why: EventReason, detail: str | None,
+                 words: str) -> None:
         """Back to the queue (keeping its submit time, so its place): a preempted job, or one
         whose fault has retries left. Its quota is released until it is admitted again."""
-        if Phase(job.phase) is not Phase.ADMITTED:
+        if job.phase is not Phase.ADMITTED:
             q.transition(session, job, Phase.RECOVERING, why, attempt=attempt.number, message=detail)
         job.flavor, job.borrowed, job.preempt_deadline, job.preempt_reason = None, 0, None, None
-        q.transition(session, job, Phase.PENDING, "Requeued", attempt=attempt.number, message=words)
+        q.transition(session, job, Phase.PENDING, EventReason.Requeued, attempt=attempt.number, message=words)
 
     def send_cancels(self, backend: str, driver: Driver) -> None:
         """Stop attempts whose job was cancelled, or whose preemption grace period is over."""
@@ -362,17 +349,10 @@ class Controller:
                 self.ref(job, attempt)
                 for job in q.cancel_requested_active(session) + q.preemption_due(session, utcnow())
                 for attempt in job.attempts
-                if attempt.backend == backend and attempt.state in q.ACTIVE_ATTEMPT_STATES
+                if attempt.backend == backend and attempt.state in ACTIVE_ATTEMPT_STATES
             ]
         for ref in targets:
             if ref.key not in self._cancel_sent:
                 self._cancel_sent.add(ref.key)
                 driver.cancel(ref)
 
-
-def _reason_word(obs: Observation) -> str:
-    return {
-        AttemptState.SUCCEEDED: "Finished",
-        AttemptState.CANCELLED: "Cancelled",
-        AttemptState.LOST: "AttemptLost",
-    }.get(obs.state, "Failed")

@@ -13,33 +13,17 @@ Pure functions: the controller applies them.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cellscale.spec import Retries
+from cellscale.vocabulary import ExitReason, Fault
 
 
-class Fault(str, enum.Enum):
-    USER_ERROR = "user_error"
-    INFRASTRUCTURE = "infrastructure"
-    TIMEOUT = "timeout"
-    PREEMPTION = "preemption"
-
-
-EXIT_REASONS = {  # the supervisor's exit record reason → class
-    "user_error": Fault.USER_ERROR,
-    "timeout": Fault.TIMEOUT,
-    "preempted": Fault.PREEMPTION,
-    "failed": Fault.INFRASTRUCTURE,  # a rank died without a Python exception: killed, OOM, segfault
-    "launch_failed": Fault.INFRASTRUCTURE,
-}
-
-
-def from_exit_records(reasons: Iterable[str]) -> Fault | None:
+def from_exit_records(reasons: Iterable[ExitReason]) -> Fault | None:
     """One class for a gang from its nodes' exit records: a user error anywhere explains the
     rest (the launcher stops the other ranks), then a timeout, then a preemption."""
-    found = {EXIT_REASONS[r] for r in reasons if r in EXIT_REASONS}
+    found = {ExitReason(reason).fault for reason in reasons} - {None}
     for fault in (Fault.USER_ERROR, Fault.TIMEOUT, Fault.PREEMPTION, Fault.INFRASTRUCTURE):
         if fault in found:
             return fault
@@ -63,7 +47,7 @@ class Verdict:
     allowed: int | None
 
     def words(self, fault: Fault) -> str:
-        name = fault.value.replace("_", " ")
+        name = fault.words
         if self.allowed is None:
             return f"{name}: requeued (never counted against a budget)"
         if self.retry:
@@ -73,8 +57,8 @@ class Verdict:
         return f"{name}: retry budget spent ({self.allowed})"
 
 
-def decide(retries: Retries, fault: Fault, earlier: Iterable[str | None]) -> Verdict:
+def decide(retries: Retries, fault: Fault, earlier: Iterable[Fault | None]) -> Verdict:
     """Retry or give up, given the classes of the job's earlier attempts."""
-    used = sum(1 for f in earlier if f == fault.value) + 1
+    used = sum(1 for f in earlier if f == fault) + 1
     allowed = budget(retries, fault)
     return Verdict(retry=allowed is None or used <= allowed, used=used, allowed=allowed)

@@ -22,7 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY_CLASS = "normal"
-UNLIMITED = 1_000_000  # GPUs: stands for "no limit" in sums
 
 
 class Strict(BaseModel):

@@ -33,7 +33,6 @@ control plane never unpickles anything: it reads the notifier's JSON lines.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import pickle
@@ -63,7 +62,8 @@ from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, Fsspec
 
 import cellscale
 from cellscale.runtime.environment import JobEnvironment
-from cellscale.runtime.jobdir import JobDir, append_line, open_log, write_atomic
+from cellscale.runtime.jobdir import JobDir, write_atomic
+from cellscale.runtime.records import Checkpoint, ResumeReport, Skipped
 
 MANIFEST = "MANIFEST.json"
 # Single-process saves and loads are a normal case here, not a mistake worth a warning per process.
@@ -89,25 +89,6 @@ class Manifest(BaseModel):
     world_size: int
     files: dict[str, FileEntry]  # path relative to the checkpoint's folder
     versions: dict[str, str]
-
-
-class Checkpoint(BaseModel):
-    """One committed checkpoint, as list() shows it and the notifier receives it."""
-
-    step: int
-    url: str
-    size_bytes: int
-    wall_time: float
-    write_s: float
-    verified: bool | None = None  # None: not checked
-
-
-class Skipped(BaseModel):
-    """A committed checkpoint that failed verification, and why."""
-
-    step: int
-    url: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -138,13 +119,7 @@ def notify_job_dir(checkpoint: Checkpoint) -> None:
     env = JobEnvironment.current()
     if not env.job_dir:
         return
-    path = JobDir(env.job_dir).checkpoints_log(env.attempt)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = open_log(path)
-    try:
-        append_line(fd, b"", checkpoint.model_dump_json(exclude={"verified"}).encode())
-    finally:
-        os.close(fd)
+    JobDir(env.job_dir).append_checkpoint(env.attempt, checkpoint)
 
 
 def record_resume(resume: Resume) -> None:
@@ -154,9 +129,9 @@ def record_resume(resume: Resume) -> None:
     env = JobEnvironment.current()
     if not env.job_dir or resume.checkpoint is None:
         return
-    report = {"step": resume.checkpoint.step, "url": resume.checkpoint.url, "at": time.time(),
-              "skipped": [s.model_dump() for s in resume.skipped]}
-    write_atomic(JobDir(env.job_dir).resume_report(env.attempt), json.dumps(report).encode())
+    report = ResumeReport(step=resume.checkpoint.step, url=resume.checkpoint.url, at=time.time(),
+                          skipped=resume.skipped)
+    JobDir(env.job_dir).write_resume(env.attempt, report)
 
 
 class _Group:

@@ -17,6 +17,7 @@ from pathlib import Path
 from cellscale.client import ApiError, Client
 from cellscale.display import TextView, status_line
 from cellscale.magicargs import MagicUsageError, parse_line
+from cellscale.vocabulary import Phase
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +80,7 @@ def _submit(args, rest: list[str]) -> int:
         sys.stdout.flush()
     job = client.get(job.id)
     view.status(job)
-    return 0 if job.phase.value == "SUCCEEDED" else 1
+    return 0 if job.phase is Phase.SUCCEEDED else 1
 
 
 def _list(args, _rest) -> int:

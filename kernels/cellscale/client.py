@@ -7,7 +7,6 @@ plane on this machine.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
@@ -19,6 +18,7 @@ import httpx
 from cellscale.spec import (
     BackendView, BundleRef, CheckpointView, EventView, JobPage, JobSpec, JobView, LogChunk, RenderView, WhoAmI,
 )
+from cellscale.wire import error_detail, log_chunks
 
 RETRYABLE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectTimeout)
 
@@ -63,7 +63,7 @@ class Client:
                     raise
                 time.sleep(min(0.5 * 2**attempt, 5))
         if response.status_code >= 400:
-            raise ApiError(response.status_code, _detail(response))
+            raise ApiError(response.status_code, error_detail(response.status_code, response.content))
         return response
 
     # -- API -------------------------------------------------------------------------------
@@ -139,21 +139,6 @@ class Client:
         with self._http.stream("GET", f"api/jobs/{job_id}/logs", params=params, timeout=timeout) as response:
             if response.status_code >= 400:
                 response.read()
-                raise ApiError(response.status_code, _detail(response))
-            data: list[str] = []
-            for line in response.iter_lines():
-                if line.startswith("data:"):
-                    data.append(line[5:].strip())
-                elif not line and data:
-                    yield LogChunk.model_validate_json("\n".join(data))
-                    data = []
+                raise ApiError(response.status_code, error_detail(response.status_code, response.content))
+            yield from log_chunks(response.iter_lines())
 
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        detail = response.json().get("detail", response.text)
-    except (json.JSONDecodeError, AttributeError):
-        return f"HTTP {response.status_code}: {response.text[:500]}"
-    if isinstance(detail, list):  # pydantic validation errors
-        return "; ".join(f"{'.'.join(map(str, d.get('loc', [])[1:]))}: {d.get('msg')}" for d in detail)
-    return str(detail)

@@ -48,7 +48,7 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
             lines.append(f"  estimated start: {_clock(p.estimated_start)} (if the jobs ahead run to their time limits)")
     for a in job.attempts:
         end = f": {a.end_reason}" if a.end_reason else ""
-        fault = f" [{a.fault.replace('_', ' ')}]" if a.fault else ""
+        fault = f" [{a.fault.words}]" if a.fault else ""
         step = f", step {a.last_step}" if a.last_step is not None else ""
         lines.append(f"  attempt {a.number} on {a.backend}{step}: {a.state.value.lower()}{fault}{end}")
     if job.excluded_nodes:

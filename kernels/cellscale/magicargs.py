@@ -13,6 +13,7 @@ import shlex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cellscale.spec import JobSpec, Launcher, Resources, Retries
+from cellscale.wire import explain
 
 
 class MagicUsageError(ValueError):
@@ -71,7 +72,7 @@ class MagicArgs(BaseModel):
                 inputs_sha256=inputs_sha256, outputs=self.outputs,
             )
         except ValidationError as exc:
-            raise MagicUsageError(_explain(exc)) from None
+            raise MagicUsageError(explain(exc)) from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -126,7 +127,7 @@ def parse_line(line: str) -> MagicArgs:
     try:
         return MagicArgs.model_validate(values)
     except ValidationError as exc:
-        raise MagicUsageError(_explain(exc)) from None
+        raise MagicUsageError(explain(exc)) from None
 
 
 def usage() -> str:
@@ -147,17 +148,3 @@ def _suggest(message: str, parser: argparse.ArgumentParser) -> str:
             hints.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
         return f"unknown option {', '.join(hints)}; usage: {usage()}"
     return f"{message}; usage: {usage()}"
-
-
-FLAGS = {"stall_timeout_s": "--stall-timeout", "infrastructure": "--retries", "timeout": "--retries-timeout", "user_error": "--retries-user",
-         "timeout_min": "--time", "gpus_per_node": "--gpus-per-node", "nodes": "--nodes", "switches": "--switches"}
-
-
-def _explain(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        loc = [str(p) for p in error["loc"] if p != "spec"]
-        where = FLAGS.get(loc[-1], ".".join(loc)) if loc else ""
-        message = error["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts)

@@ -7,13 +7,17 @@ TypeScript types: nothing is written twice.
 
 from __future__ import annotations
 
-import enum
 import keyword
 import re
 from datetime import datetime
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from cellscale.vocabulary import (  # noqa: F401 - the vocabulary is part of the wire contract, re-exported
+    ACTIVE_ATTEMPT_STATES, TERMINAL_PHASES, AttemptState, EventKind, EventReason, ExitReason, Fault, Launcher,
+    PendingCode, Phase,
+)
 
 MAX_INPUTS_BYTES = 64 * 1024 * 1024
 """Largest pickled input bundle a job may carry (64 MiB). Ship bigger data by URL."""
@@ -31,51 +35,6 @@ Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class Launcher(str, enum.Enum):
-    """How ranks start on the nodes."""
-
-    torchrun = "torchrun"
-    ray = "ray"
-    plain = "plain"
-
-
-class Phase(str, enum.Enum):
-    """Where a job is in its life. Terminal phases never change again."""
-
-    PENDING = "PENDING"
-    ADMITTED = "ADMITTED"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    RECOVERING = "RECOVERING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_PHASES
-
-
-TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
-
-
-class AttemptState(str, enum.Enum):
-    """What the backend says about one submission. UNKNOWN means it did not answer."""
-
-    SUBMITTING = "SUBMITTING"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    LOST = "LOST"
-    UNKNOWN = "UNKNOWN"
-
-    @property
-    def ended(self) -> bool:
-        return self in {AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.CANCELLED, AttemptState.LOST}
 
 
 class Resources(Strict):
@@ -176,7 +135,7 @@ class AttemptView(BaseModel):
     end_reason: str | None
     last_heartbeat: datetime | None
     last_checkpoint_at: datetime | None = None
-    fault: str | None = Field(None, description="user_error | infrastructure | timeout | preemption")
+    fault: Fault | None = Field(None, description="Why it did not succeed, as a class with its own retry budget.")
     failed_nodes: list[str] = Field(default_factory=list, description="Nodes blamed for this attempt's end.")
     last_step: int | None = Field(None, description="The training step rank 0 last reported.")
 
@@ -204,7 +163,7 @@ class AheadView(BaseModel):
 class PendingView(BaseModel):
     """Why a job waits: structured, and in plain words."""
 
-    code: str = Field(description="Queued | QuotaExhausted | PoolLent | CapacityFull | Preempting | NeverFits | NoFlavor")
+    code: PendingCode
     message: str
     position: int = Field(description="1 = next in its ClusterQueue.")
     flavor: str | None = None
@@ -251,11 +210,11 @@ class EventView(BaseModel):
     id: int
     job_id: str
     at: datetime
-    kind: str
+    kind: EventKind
     attempt: int | None
-    from_phase: str | None
-    to_phase: str | None
-    reason: str | None
+    from_phase: Phase | None
+    to_phase: Phase | None
+    reason: EventReason | None
     message: str | None
     actor: str | None
 
@@ -318,6 +277,3 @@ class RenderView(BaseModel):
     backend: str
     script: str
 
-
-class ErrorBody(BaseModel):
-    detail: str

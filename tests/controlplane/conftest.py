@@ -16,7 +16,7 @@ from cellscale_hub.api.context import Context
 from cellscale_hub.auth import ALL_SCOPES, SCOPE_READ, Identity, Principal, Unauthenticated
 from cellscale_hub.controller import Controller
 from cellscale_hub.drivers.local import LocalDriver
-from cellscale_hub.store.tenancy import TenancyBook
+from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy
 
 USERS = {
@@ -63,7 +63,7 @@ class Plane:
         self.tenancy = TenancyBook(store)
         self.tenancy.seed(tenancy, actor="test")
         self.controller = self.make_controller(self.drivers)
-        ctx = Context(store=store, controller=self.controller, drivers=self.drivers, tenancy=self.tenancy,
+        ctx = Context(store=store, wake=lambda: self.controller.wake(), drivers=self.drivers, tenancy=self.tenancy,
                       identity=TableIdentity(), jobs_root=self.jobs_root, bundles_root=self.bundles, prefix="/")
         self.http = TestClient(build_app(ctx))
 
@@ -82,7 +82,6 @@ class Plane:
         """A new controller and driver over the same store and job dirs: what kill -9 leaves."""
         self.driver = LocalDriver(name="local", gpus=self.driver.gpus)
         self.controller = self.make_controller({"local": self.driver})
-        self.http.app.state.ctx.controller = self.controller
         self.http.app.state.ctx.drivers = {"local": self.driver}
 
     def run_until(self, job_id, phases, timeout=120):

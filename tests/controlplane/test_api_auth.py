@@ -68,6 +68,52 @@ def test_impossible_requests_are_refused_and_nothing_is_stored(plane, spec, stat
     assert plane.http.get("/api/jobs", headers=plane.as_("alice")).json()["items"] == []
 
 
+def test_a_refused_field_is_one_sentence_naming_the_flag(plane):
+    response = plane.submit("alice", resources={"gpus_per_node": 999})
+    assert response.status_code == 422
+    assert response.json() == {"detail": "--gpus-per-node: Input should be less than or equal to 64"}
+    two = plane.submit("alice", resources={"timeout_min": 0}, env={"SLURM_JOB_ID": "1"}).json()["detail"]
+    assert isinstance(two, str) and two.startswith("--time: ") and "; --env: environment variable 'SLURM_JOB_ID'" in two
+    whole = plane.submit("alice", launcher="ray", resources={"nodes": 2}).json()["detail"]
+    assert whole == "a multi-node Ray job needs --gpus-per-node"  # a rule about the spec as a whole
+    missing = plane.http.post("/api/jobs", json={}, headers=plane.as_("alice")).json()["detail"]
+    assert missing == "spec: Field required"
+    json_type = plane.as_("alice") | {"Content-Type": "application/json"}
+    garbled = plane.http.post("/api/jobs", content=b"{", headers=json_type)
+    assert garbled.status_code == 422 and garbled.json()["detail"].startswith("the request body: JSON decode error")
+
+
+@pytest.mark.parametrize(("path", "sentence"), [
+    ("/api/jobs?limit=0", "query parameter limit: Input should be greater than or equal to 1"),
+    ("/api/jobs?scope=everyone", "query parameter scope: String should match pattern '^(mine|tenant|all)$'"),
+    ("/api/jobs/cs-x/logs?offset=x",
+     "query parameter offset: Input should be a valid integer, unable to parse string as an integer"),
+])
+def test_a_refused_parameter_is_one_sentence_naming_it(plane, path, sentence):
+    response = plane.http.get(path, headers=plane.as_("alice"))
+    assert (response.status_code, response.json()) == (422, {"detail": sentence})
+
+
+def test_a_spec_refused_inside_a_route_is_one_sentence_and_other_models_errors_stay_bugs():
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from pydantic import BaseModel
+
+    from cellscale.spec import Resources
+    from cellscale_hub.api.errors import install_error_handlers
+
+    class Internal(BaseModel):
+        n: int
+
+    app = FastAPI()
+    install_error_handlers(app)
+    app.get("/shape")(lambda: Resources(nodes=1, gpus_per_node=999))
+    app.get("/bug")(lambda: Internal(n="x"))
+    client = TestClient(app, raise_server_exceptions=False)
+    assert client.get("/shape").json() == {"detail": "--gpus-per-node: Input should be less than or equal to 64"}
+    assert client.get("/bug").status_code == 500
+
+
 def test_idempotent_submit(plane):
     first = plane.submit("alice", key="abc")
     again = plane.submit("alice", key="abc")

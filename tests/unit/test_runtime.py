@@ -64,11 +64,11 @@ def test_a_survivors_error_after_a_lost_peer_is_not_a_user_error(tmp_path):
     job = JobDir(tmp_path)
     job.attempt_dir(1).mkdir(parents=True)
     record_error(job, 1, gloo)
-    assert job.read_error(1)["kind"] == "peer_lost"
+    assert job.read_error(1).peer_lost
     record_error(job, 1, ValueError("learning rate is negative"))  # the real cause replaces it
-    assert job.read_error(1)["kind"] == "exception" and "learning rate" in job.read_error(1)["summary"]
+    assert job.read_error(1).kind == "exception" and "learning rate" in job.read_error(1).summary
     record_error(job, 1, gloo)  # but never the other way round
-    assert job.read_error(1)["kind"] == "exception"
+    assert job.read_error(1).kind == "exception"
 
 
 def test_the_newest_checkpoint_is_read_from_the_log_tail(tmp_path):
@@ -79,7 +79,40 @@ def test_the_newest_checkpoint_is_read_from_the_log_tail(tmp_path):
     job = JobDir(tmp_path)
     assert job.latest_checkpoint(1) is None
     job.attempt_dir(1).mkdir(parents=True)
-    lines = [json.dumps({"step": step, "url": f"/ckpt/step-{step}", "wall_time": step}) for step in range(500)]
+    lines = [json.dumps({"step": step, "url": f"/ckpt/step-{step}", "size_bytes": 10, "wall_time": step, "write_s": 0.1})
+             for step in range(500)]
     job.checkpoints_log(1).write_text("\n".join(lines) + '\n{"step": 500, "ur')  # longer than the tail; torn end
-    assert job.latest_checkpoint(1)["step"] == 499
-    assert [c["step"] for c in job.read_checkpoints(1)] == list(range(500))
+    assert job.latest_checkpoint(1).step == 499
+    assert [c.step for c in job.read_checkpoints(1)] == list(range(500))
+
+
+def test_every_job_directory_record_reads_back_what_was_written(tmp_path):
+    from cellscale.runtime.jobdir import JobDir
+    from cellscale.runtime.records import (
+        Checkpoint, ExitRecord, Heartbeat, PreemptNotice, Progress, RankError, ResumeReport, Skipped, Started,
+    )
+    from cellscale.vocabulary import ExitReason
+
+    job = JobDir(tmp_path)
+    job.node_dir(1, 0).mkdir(parents=True)
+    started, beat = Started(pid=12, host="n1"), Heartbeat(at=1.5, pid=12, step=7)
+    exit_record = ExitRecord(code=1, reason=ExitReason.USER_ERROR, message="rank 0: ValueError")
+    error, progress = RankError(rank=0, summary="rank 0: ValueError: x", kind="exception"), Progress(step=7, at=2.0)
+    checkpoint = Checkpoint(step=5, url="/c/step-5", size_bytes=10, wall_time=3.0, write_s=0.2)
+    resume = ResumeReport(step=5, url="/c/step-5", at=4.0, skipped=[Skipped(step=6, url="/c/step-6", reason="torn")])
+    for read, write, record in [
+        (job.read_started, lambda r: job.write_started(1, 0, r), started),
+        (job.read_heartbeat, lambda r: job.write_heartbeat(1, 0, r), beat),
+        (job.read_exit, lambda r: job.write_exit(1, 0, r), exit_record),
+        (job.read_error, lambda r: job.write_error(1, r), error),
+        (job.read_progress, lambda r: job.write_progress(1, r), progress),
+        (job.read_preempt_notice, lambda r: job.write_preempt_notice(1, r), PreemptNotice(at=5.0)),
+        (job.read_resume, lambda r: job.write_resume(1, r), resume),
+        (job.latest_checkpoint, lambda r: job.append_checkpoint(1, r), checkpoint),
+    ]:
+        assert read(1) is None
+        write(record)
+        assert read(1) == record
+    assert job.read_exit(1).reason.fault == "user_error" and job.read_step(1) == 7 and job.preempt_requested(1)
+    (job.attempt_dir(1) / "progress.json").write_text('{"step": 8, "a')  # torn: reads as absent, never raises
+    assert job.read_progress(1) is None

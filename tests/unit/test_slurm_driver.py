@@ -4,17 +4,22 @@ Its behaviour against a real cluster is in tests/integration/test_slurm_backend.
 import os
 from pathlib import Path
 
+import dataclasses
+
 import pytest
+from traitlets import TraitError
+from traitlets.config import Config
 
 from cellscale.spec import BackendView, JobSpec, Launcher
 from cellscale_hub.drivers.base import AttemptRef, SpecRejected
-from cellscale_hub.drivers.slurm import SlurmDriver, _gpus_of, _state, master_port
+from cellscale_hub.drivers.slurm import SlurmDriver, _gpus_of, _state, master_port, sbatch_quote
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 
 
 class FixedSlurm(SlurmDriver):
-    """Capacity as a 4 x 8-GPU partition, without asking sinfo."""
+    """Capacity as a 4 x 8-GPU partition, without asking sinfo (for shape and validate;
+    render needs no capacity)."""
 
     def capacity(self) -> BackendView:
         return BackendView(name=self.name, kind="slurm", capacity_gpus=32, max_nodes=4, gpus_per_node=8,
@@ -26,26 +31,154 @@ def ref(spec: JobSpec, tenant="desk-a") -> AttemptRef:
                       spec=spec, owner="alice", tenant=tenant)
 
 
+SITE = {
+    "extra_directives": ["--constraint=a100&nvlink", "--qos=normal", "--mem=0", "--exclusive"],
+    "prologue": ["module load cuda/12.4", "export NCCL_DEBUG=WARN"],
+}
+
+
 @pytest.mark.parametrize(
-    ("case", "resources"),
+    ("case", "resources", "traits", "excluded"),
     [
-        ("slurm-torchrun-2x8", {"nodes": 2, "gpus_per_node": 8, "timeout_min": 90}),
-        ("slurm-switches-1x4", {"nodes": 1, "gpus_per_node": 4, "switches": 1}),
-        ("slurm-cpu", {}),
+        ("slurm-torchrun-2x8", {"nodes": 2, "gpus_per_node": 8, "timeout_min": 90}, {}, ()),
+        ("slurm-switches-1x4", {"nodes": 1, "gpus_per_node": 4, "switches": 1}, {}, ()),
+        ("slurm-cpu", {}, {}, ()),
+        # a site's directives and setup lines; nodes that failed the job before are avoided
+        ("slurm-site-2x8", {"nodes": 2, "gpus_per_node": 8}, SITE, ("node7", "node3", "bad;node")),
     ],
 )
-def test_render_matches_golden(case, resources):
-    driver = FixedSlurm(name="slurm", python="/opt/venv/bin/python", partition="gpu")
-    script = driver.render(ref(JobSpec(source="x = 1", resources=resources)))
+def test_render_matches_golden(case, resources, traits, excluded):
+    driver = SlurmDriver(name="slurm", python="/opt/venv/bin/python", partition="gpu", **traits)
+    attempt = dataclasses.replace(ref(JobSpec(source="x = 1", resources=resources)), excluded_nodes=excluded)
+    script = driver.render(attempt)
     path = GOLDEN / f"{case}.sh"
     if os.environ.get("CELLSCALE_UPDATE_GOLDEN"):
         path.write_text(script)
     assert script == path.read_text()
 
 
+def test_render_runs_no_slurm_command(monkeypatch, tmp_path):
+    """The dry run works where no Slurm client is installed, even for an attempt that avoids nodes."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no sinfo, no squeue
+    driver = SlurmDriver(name="slurm", python="/opt/venv/bin/python")
+    attempt = dataclasses.replace(ref(JobSpec(source="x", resources={"nodes": 2})), excluded_nodes=("node2", "node1"))
+    assert "#SBATCH --exclude=node1,node2\n" in driver.render(attempt)
+
+
+@pytest.mark.parametrize(("excluded", "kept"),
+                         [(("node1", "node2"), ("node1", "node2")), (("node1", "node2", "node3"), ())])
+def test_submit_avoids_failed_nodes_while_enough_others_remain(excluded, kept):
+    """Of 4 nodes, a 2-node gang can avoid 2 failed ones, not 3 (it would wait forever)."""
+    attempt = dataclasses.replace(ref(JobSpec(source="x", resources={"nodes": 2})), excluded_nodes=excluded)
+    assert FixedSlurm(name="slurm")._avoiding(attempt).excluded_nodes == kept
+
+
+@pytest.mark.parametrize(
+    ("directive", "error"),
+    [
+        ("--constraint=a100\n#SBATCH --account=desk-b", "newline"),
+        ("--constraint=a100\0", "control character"),
+        ("constraint=a100", "not a long sbatch option"),
+        ("-C a100", "not a long sbatch option"),
+        ("--constraint a100", "not a long sbatch option"),
+        ("--account=desk-b", "--account is set by cellscale"),
+        ("--job-name=x", "--job-name is set by cellscale"),
+    ],
+)
+def test_a_bad_extra_directive_is_refused_at_config_time(directive, error):
+    with pytest.raises(TraitError, match=error):
+        SlurmDriver(name="slurm", extra_directives=["--qos=normal", directive])
+    config = Config()
+    config.SlurmDriver.extra_directives = [directive]
+    with pytest.raises(TraitError, match=error):
+        SlurmDriver(name="slurm", config=config)
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [("module load cuda\nsbatch evil", "newline"), ("  #SBATCH --qos=high", "extra_directives")],
+)
+def test_a_bad_prologue_line_is_refused(line, error):
+    with pytest.raises(TraitError, match=error):
+        SlurmDriver(name="slurm", prologue=[line])
+
+
+def test_a_custom_batch_template_renders():
+    template = (
+        "#!/bin/bash -l\n"
+        "{header}\n"
+        "{directives}\n"
+        "{prologue}\n"
+        'echo "job ${{SLURM_JOB_ID}}: {job_name} of {owner} ({tenant}), {nodes}x{gpus_per_node} GPUs, {launcher}"\n'
+        "cd {job_dir}\n"
+        "srun --mpi=none --ntasks-per-node=1 {supervisor}\n"
+    )
+    driver = SlurmDriver(name="slurm", python="/opt/my venv/bin/python", batch_template=template,
+                         extra_directives=["--qos=normal"])
+    script = driver.render(ref(JobSpec(source="x", resources={"nodes": 2, "gpus_per_node": 8})))
+    assert script == (
+        "#!/bin/bash -l\n"
+        "# cellscale job cs-0123456789ab, attempt 2, owner alice: 2 node(s) x 8 GPU(s), launcher torchrun\n"
+        "#SBATCH --job-name=cs-0123456789ab-a2\n"
+        "#SBATCH --account=desk-a\n"
+        "#SBATCH --partition=gpu\n"
+        "#SBATCH --nodes=2\n"
+        "#SBATCH --ntasks-per-node=1\n"
+        "#SBATCH --gres=gpu:8\n"
+        "#SBATCH --time=60\n"
+        "#SBATCH --chdir=/shared/cellscale/jobs/cs-0123456789ab\n"
+        "#SBATCH --output=/shared/cellscale/jobs/cs-0123456789ab/attempts/2/slurm-%j.out\n"
+        "#SBATCH --no-requeue\n"
+        "#SBATCH --comment=cellscale\n"
+        "#SBATCH --qos=normal\n"
+        'echo "job ${SLURM_JOB_ID}: cs-0123456789ab-a2 of alice (desk-a), 2x8 GPUs, torchrun"\n'
+        "cd /shared/cellscale/jobs/cs-0123456789ab\n"
+        "srun --mpi=none --ntasks-per-node=1 '/opt/my venv/bin/python' -m cellscale.runtime.supervisor "
+        "/shared/cellscale/jobs/cs-0123456789ab 2\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("template", "error"),
+    [
+        ("{directives}\n{command}\n", "must start with an interpreter line"),
+        ("#!/bin/bash\n{directives}\necho ${SLURM_JOB_ID}\n{command}\n", "unknown placeholder"),
+        ("#!/bin/bash\n{directives}\n{command.__class__}\n", "unknown placeholder"),
+        ("#!/bin/bash\n{directives}\n{command!r}\n", "unknown placeholder"),
+        ("#!/bin/bash\n{directives}\n{command\n", "literal braces"),
+        ("#!/bin/bash\n{command}\n", "must contain {directives}"),
+        ("#!/bin/bash\n{directives}\nhostname\n", "must contain {command}"),
+    ],
+)
+def test_a_bad_batch_template_is_refused_at_config_time(template, error):
+    with pytest.raises(TraitError, match=error.replace("{", r"\{").replace("}", r"\}")):
+        SlurmDriver(name="slurm", batch_template=template)
+
+
+@pytest.mark.parametrize(
+    ("option", "quoted"),
+    [
+        ("--output=/jobs/cs-1/attempts/2/slurm-%j.out", "--output=/jobs/cs-1/attempts/2/slurm-%j.out"),
+        ("--chdir=/shared/my jobs/cs-1", '"--chdir=/shared/my jobs/cs-1"'),
+        ('--comment=a "b" #c \\d', '"--comment=a \\"b\\" #c \\\\d"'),
+        ("--comment=it's", '"--comment=it\'s"'),
+    ],
+)
+def test_sbatch_quoting_keeps_one_option_one_argument(option, quoted):
+    assert sbatch_quote(option) == quoted
+
+
+def test_owner_and_job_id_cannot_break_out_of_the_header_comment():
+    spec = JobSpec(source="x")
+    with pytest.raises(SpecRejected, match="not a valid Unix user"):
+        SlurmDriver(name="slurm").render(dataclasses.replace(ref(spec), owner="alice\nrm -rf ~"))
+    with pytest.raises(SpecRejected, match="job id"):
+        SlurmDriver(name="slurm").render(dataclasses.replace(ref(spec), job_id="cs-1\nrm -rf ~"))
+
+
 def test_tenant_must_be_a_valid_account_name():
     with pytest.raises(SpecRejected, match="Slurm account"):
-        FixedSlurm(name="slurm").render(ref(JobSpec(source="x"), tenant="Desk A;rm -rf"))
+        SlurmDriver(name="slurm").render(ref(JobSpec(source="x"), tenant="Desk A;rm -rf"))
 
 
 def test_user_names_are_validated_before_any_command():

@@ -12,9 +12,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from cellscale.spec import QueueUsage
-from cellscale_hub import quota
 from cellscale_hub.api.context import Context, context, presented_token, principal
 from cellscale_hub.auth import Principal, Unauthenticated
+from cellscale_hub.drivers import flavor_capacities
+from cellscale_hub.store import usage
 from cellscale_hub.store.models import utcnow
 from cellscale_hub.tenancy import Quota, Tenancy
 
@@ -80,10 +81,10 @@ def routes(router: APIRouter) -> None:
     def tenancy_view(who: Admin, ctx: Ctx) -> TenancyView:
         t = ctx.tenancy.current
         with ctx.store.session() as session:
-            usage = quota.queue_usage(session, t, utcnow(), ctx.controller.fair_share_half_life_s)
-        return TenancyView(tenancy=t.model_dump(mode="json"), flavors=_capacities(ctx, t), usage=usage,
-                           fair_share_half_life_s=ctx.controller.fair_share_half_life_s,
-                           preemption_grace_s=ctx.controller.preemption_grace_s)
+            queues = usage.queue_usage(session, t, utcnow(), ctx.settings.fair_share_half_life_s)
+        return TenancyView(tenancy=t.model_dump(mode="json"), flavors=_capacities(ctx, t), usage=queues,
+                           fair_share_half_life_s=ctx.settings.fair_share_half_life_s,
+                           preemption_grace_s=ctx.settings.preemption_grace_s)
 
     @router.put("/admin/cluster-queues/{name}/quotas/{flavor}", response_model=TenancyView)
     def set_quota(name: str, flavor: str, body: QuotaUpdate, who: Admin, ctx: Ctx) -> TenancyView:
@@ -112,7 +113,7 @@ def routes(router: APIRouter) -> None:
     def node_faults(who: Admin, ctx: Ctx, days: Annotated[int, Query(ge=1, le=90)] = 7) -> list[NodeFaults]:
         """Nodes blamed for jobs' infrastructure faults, most faults first."""
         with ctx.store.session() as session:
-            found = quota.node_faults(session, utcnow() - timedelta(days=days))
+            found = usage.node_faults(session, utcnow() - timedelta(days=days))
         return [NodeFaults(node=node, faults=len(hits), jobs=sorted({job for job, _ in hits}),
                            last_at=max(at for _, at in hits), flagged=len(hits) >= NODE_FAULT_FLAG)
                 for node, hits in sorted(found.items(), key=lambda item: (-len(item[1]), item[0]))]
@@ -179,7 +180,7 @@ def _change(ctx: Context, who: Principal, action: str, target: str, edit) -> Non
         raise HTTPException(422, "; ".join(_plain(e) for e in exc.errors())) from exc
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
-    ctx.controller.wake()
+    ctx.wake()
 
 
 def _plain(error: dict) -> str:
@@ -189,7 +190,7 @@ def _plain(error: dict) -> str:
 
 
 def _capacities(ctx: Context, t: Tenancy) -> list[FlavorCapacity]:
-    capacity = ctx.controller.capacities(t)
+    capacity = flavor_capacities(t, ctx.drivers)
     return [FlavorCapacity(flavor=f, backend=spec.backend, capacity_gpus=capacity[f],
                            nominal_total=sum(cq.quotas[f].nominal for cq in t.cluster_queues.values() if f in cq.quotas))
             for f, spec in t.flavors.items()]

@@ -1,32 +1,43 @@
-"""What the handlers share: the store, the controller, the drivers, tenancy and identity."""
+"""What the handlers share: the store, the drivers, tenancy, identity, the settings they
+report, and a way to wake the controller. The API never reaches into the controller."""
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import Depends, HTTPException, Request
 
 from cellscale_hub.auth import Identity, Principal, Unauthenticated
-from cellscale_hub.controller import Controller
 from cellscale_hub.drivers import Driver
 from cellscale_hub.store import Store
-from cellscale_hub.store.tenancy import TenancyBook
+from cellscale_hub.store.tenancy_book import TenancyBook
 
 OAUTH_COOKIE = "cellscale-oauth"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The control plane's policy settings, as the API reports them (ControlPlane's traits)."""
+
+    fair_share_half_life_s: float = 3600.0
+    preemption_grace_s: float = 30.0
+    heartbeat_timeout_s: float = 60.0
 
 
 @dataclass
 class Context:
     store: Store
-    controller: Controller
+    wake: Callable[[], None]  # run a controller cycle now (after a submit, cancel or tenancy change)
     drivers: dict[str, Driver]
     tenancy: TenancyBook
     identity: Identity
     jobs_root: Path
     bundles_root: Path
     prefix: str
+    settings: Settings = Settings()
     hub_oauth: object | None = None
 
     def new_job_id(self) -> str:

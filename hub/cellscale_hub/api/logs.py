@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request
 
-from cellscale.spec import LogChunk, Phase
+from cellscale.spec import LogChunk
 from cellscale_hub.api.context import Context
+from cellscale_hub.drivers import Driver
 from cellscale_hub.store.models import Job
 
 FOLLOW_POLL_SECONDS = 0.05
@@ -17,40 +18,29 @@ PHASE_CHECK_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15.0
 
 
-def _read(ctx: Context, job_id: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
-    """Whole lines from `offset` (a partial last line waits for its newline), and the file size."""
-    path = ctx.jobs_root / job_id / "output.log"
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            data = handle.read(max_bytes)
-            size = handle.seek(0, 2)
-    except FileNotFoundError:
-        return b"", 0
-    cut = data.rfind(b"\n") + 1
-    if cut == 0 and len(data) < max_bytes:
-        return b"", size
-    return (data[:cut] if cut else data), size
+def _read(ctx: Context, driver: Driver, job_id: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
+    """Whole lines from `offset`, and the log's size, through the job's driver."""
+    return driver.read_log(ctx.jobs_root / job_id, offset, max_bytes)
 
 
 def _terminal(ctx: Context, job_id: str) -> bool:
     with ctx.store.session() as session:
         job = session.get(Job, job_id)
-        return job is None or Phase(job.phase).terminal
+        return job is None or job.phase.terminal
 
 
-def read_chunk(ctx: Context, job_id: str, offset: int, max_bytes: int) -> LogChunk:
+def read_chunk(ctx: Context, driver: Driver, job_id: str, offset: int, max_bytes: int) -> LogChunk:
     terminal = _terminal(ctx, job_id)
-    data, size = _read(ctx, job_id, offset, max_bytes)
+    data, size = _read(ctx, driver, job_id, offset, max_bytes)
     end = offset + len(data)
     return LogChunk(offset=offset, next_offset=end, text=data.decode(errors="replace"), complete=terminal and end >= size)
 
 
-async def follow(ctx: Context, job_id: str, offset: int, request: Request) -> AsyncIterator[str]:
+async def follow(ctx: Context, driver: Driver, job_id: str, offset: int, request: Request) -> AsyncIterator[str]:
     last_check = last_send = 0.0
     terminal = False
     while True:
-        data, size = _read(ctx, job_id, offset, 2**20)
+        data, size = _read(ctx, driver, job_id, offset, 2**20)
         now = time.monotonic()
         if data:
             chunk = LogChunk(offset=offset, next_offset=offset + len(data), text=data.decode(errors="replace"), complete=False)

@@ -4,23 +4,25 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
 from cellscale.spec import (
-    MAX_INPUTS_BYTES, BackendView, BundleRef, CheckpointView, EventView, JobPage, JobSpec, JobView, LogChunk, Phase, QueueUsage,
-    RenderView, SubmitRequest, WhoAmI,
+    MAX_INPUTS_BYTES, BackendView, BundleRef, CheckpointView, EventView, JobPage, JobSpec, JobView, LogChunk,
+    QueueUsage, RenderView, SubmitRequest, WhoAmI,
 )
-from cellscale.runtime.jobdir import JobDir
-from cellscale_hub import quota
+from cellscale.vocabulary import EventKind, EventReason, Phase
 from cellscale_hub.api import admin, logs, oauth
 from cellscale_hub.api.context import Context, context, require
+from cellscale_hub.api.errors import install_error_handlers
 from cellscale_hub.auth import SCOPE_READ, SCOPE_SUBMIT, Principal
-from cellscale_hub.drivers import AttemptRef, Driver, SpecRejected
+from cellscale_hub.drivers import AttemptRef, Driver
+from cellscale_hub.placement import NoTenant, Placement, Refused, place
+from cellscale_hub.refs import attempt_ref
 from cellscale_hub.store import jobs as q
+from cellscale_hub.store import usage
 from cellscale_hub.store.jobs import IdempotencyConflict
 from cellscale_hub.store.models import Job, utcnow
 
@@ -35,6 +37,7 @@ def build_app(ctx: Context) -> FastAPI:
         title="cellscale control plane", version="1", openapi_url=f"{prefix}/api/openapi.json",
         docs_url=f"{prefix}/api/docs", redoc_url=None,
     )
+    install_error_handlers(app)
     app.state.ctx = ctx
     router = APIRouter(prefix=f"{prefix}/api")
     _job_routes(router)
@@ -75,7 +78,7 @@ def _job_routes(router: APIRouter) -> None:
         tenancy = ctx.tenancy.current
         mine = {local.cluster_queue for t in who.tenants for local in tenancy.tenants[t].queues.values()}
         with ctx.store.session() as session:
-            return quota.queue_usage(session, tenancy, utcnow(), ctx.controller.fair_share_half_life_s, only=mine)
+            return usage.queue_usage(session, tenancy, utcnow(), ctx.settings.fair_share_half_life_s, only=mine)
 
     @router.get("/backends", response_model=list[BackendView])
     def backends(who: Reader, ctx: Ctx) -> list[BackendView]:
@@ -101,31 +104,31 @@ def _job_routes(router: APIRouter) -> None:
                  responses={200: {"model": JobView, "description": "an earlier submit with the same key"}})
     def submit(body: SubmitRequest, who: Submitter, ctx: Ctx,
                idempotency_key: Annotated[str | None, Header(max_length=128)] = None):
-        place = _placement(ctx, who, body.spec)
-        spec = place.spec
+        where = _placement(ctx, who, body.spec)
+        spec = where.spec
         if spec.inputs_sha256 and not (ctx.bundles_root / spec.inputs_sha256).exists():
             raise HTTPException(422, f"inputs bundle {spec.inputs_sha256} was not uploaded; POST it to /api/bundles first")
         job = Job(id=ctx.new_job_id(), idempotency_key=idempotency_key or ctx.new_job_id(), owner=who.user,
-                  tenant=place.tenant, queue=place.queue, cluster_queue=place.cluster_queue, backend=place.driver.name,
-                  priority=place.priority, name=spec.name, spec=spec.model_dump(mode="json"),
-                  gpus=spec.resources.gpus, phase=Phase.PENDING.value, reason="waiting for admission")
+                  tenant=where.tenant, queue=where.queue, cluster_queue=where.cluster_queue, backend=where.backend,
+                  priority=where.priority, name=spec.name, spec=spec.model_dump(mode="json"),
+                  gpus=spec.resources.gpus, phase=Phase.PENDING, reason="waiting for admission")
         with ctx.store.session() as session:
             try:
                 job, created = q.insert_job(session, job)
             except IdempotencyConflict as exc:
                 raise HTTPException(409, str(exc)) from exc
             view = q.job_view(job)
-        ctx.controller.wake()
+        ctx.wake()
         return JSONResponse(view.model_dump(mode="json"), status_code=201 if created else 200)
 
     @router.post("/render", response_model=RenderView)
     def render(body: SubmitRequest, who: Submitter, ctx: Ctx) -> RenderView:
         """The dry run: the exact script the backend would run, without submitting."""
-        place = _placement(ctx, who, body.spec)
-        driver, spec = place.driver, place.spec
+        where = _placement(ctx, who, body.spec)
+        driver, spec = ctx.drivers[where.backend], where.spec
         gpus = tuple(range(spec.resources.gpus_per_node)) if driver.assigns_gpu_ids else ()
         ref = AttemptRef(job_id="cs-dryrun", number=1, job_dir=ctx.jobs_root / "cs-dryrun", spec=spec, gpu_ids=gpus,
-                         owner=who.user, tenant=place.tenant)
+                         owner=who.user, tenant=where.tenant)
         return RenderView(backend=driver.name, script=driver.render(ref))
 
     @router.get("/jobs", response_model=JobPage)
@@ -139,7 +142,7 @@ def _job_routes(router: APIRouter) -> None:
         with ctx.store.session() as session:
             try:
                 rows, next_cursor = q.list_jobs(session, owners=owners, tenants=tenants,
-                                                phase=phase.value if phase else None, name=name, limit=limit, cursor=cursor)
+                                                phase=phase, name=name, limit=limit, cursor=cursor)
             except ValueError as exc:
                 raise HTTPException(400, str(exc)) from exc
             return JobPage(items=[q.job_view(job) for job in rows], next_cursor=next_cursor)
@@ -153,14 +156,14 @@ def _job_routes(router: APIRouter) -> None:
     def cancel(job_id: str, who: Submitter, ctx: Ctx) -> JobView:
         with ctx.store.session() as session:
             job = owned_job(session, job_id, who)
-            if not Phase(job.phase).terminal and not job.cancel_requested:
+            if not job.phase.terminal and not job.cancel_requested:
                 job.cancel_requested = True
-                q.add_event(session, job, kind="cancel", reason="CancelRequested", actor=who.user)
-                if job.phase == Phase.PENDING.value:
-                    q.transition(session, job, Phase.CANCELLED, "Cancelled", actor=who.user,
+                q.add_event(session, job, kind=EventKind.CANCEL, reason=EventReason.CancelRequested, actor=who.user)
+                if job.phase is Phase.PENDING:
+                    q.transition(session, job, Phase.CANCELLED, EventReason.Cancelled, actor=who.user,
                                  message="cancelled before it was admitted")
             view = q.job_view(job)
-        ctx.controller.wake()
+        ctx.wake()
         return view
 
     @router.get("/jobs/{job_id}/events", response_model=list[EventView])
@@ -177,12 +180,12 @@ def _job_routes(router: APIRouter) -> None:
         """The combined rank-prefixed log from a byte offset. `follow=true` streams server-sent
         events (each with its next offset as id; reconnect with Last-Event-ID to resume)."""
         with ctx.store.session() as session:
-            visible_job(session, job_id, who)
+            driver = _driver(ctx, visible_job(session, job_id, who).backend)
         if not follow:
-            return logs.read_chunk(ctx, job_id, offset, max_bytes)
+            return logs.read_chunk(ctx, driver, job_id, offset, max_bytes)
         resume = request.headers.get("last-event-id")
         start = int(resume) if resume and resume.isdigit() else offset
-        return StreamingResponse(logs.follow(ctx, job_id, start, request), media_type="text/event-stream",
+        return StreamingResponse(logs.follow(ctx, driver, job_id, start, request), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @router.get("/jobs/{job_id}/checkpoints", response_model=list[CheckpointView])
@@ -190,8 +193,8 @@ def _job_routes(router: APIRouter) -> None:
         """Checkpoints the job committed, newest first, across its attempts."""
         with ctx.store.session() as session:
             job = visible_job(session, job_id, who)
-            numbers = [a.number for a in job.attempts]
-        return sorted(q.checkpoint_views(JobDir(ctx.jobs_root / job_id), numbers),
+            backend, numbers = job.backend, [a.number for a in job.attempts]
+        return sorted(_driver(ctx, backend).checkpoints(ctx.jobs_root / job_id, numbers),
                       key=lambda c: (c.committed_at, c.step), reverse=True)
 
     @router.get("/jobs/{job_id}/result", responses={200: {"content": {"application/octet-stream": {}}}})
@@ -199,69 +202,36 @@ def _job_routes(router: APIRouter) -> None:
         """Rank 0's outputs, pickled by the job. Returned as bytes; only the kernel unpickles them."""
         with ctx.store.session() as session:
             job = visible_job(session, job_id, who)
-            if not job.result_available:
+            path = _driver(ctx, job.backend).result_file(ctx.jobs_root / job_id) if job.result_available else None
+            if path is None:
                 raise HTTPException(404, f"job {job_id} has no result ({job.phase.lower()}; outputs: {job.spec.get('outputs')})")
-        return FileResponse(ctx.jobs_root / job_id / "result.pkl", media_type="application/octet-stream")
+        return FileResponse(path, media_type="application/octet-stream")
 
     @router.get("/jobs/{job_id}/render", response_model=RenderView)
     def render_job(job_id: str, who: Reader, ctx: Ctx) -> RenderView:
         with ctx.store.session() as session:
             job = visible_job(session, job_id, who)
             attempt = job.attempts[-1] if job.attempts else None
-            ref = ctx.controller.ref(job, attempt) if attempt else None
-        driver = ctx.drivers[job.backend]
+            ref = attempt_ref(ctx.jobs_root, job, attempt) if attempt else None
+        driver = _driver(ctx, job.backend)
         if ref is None:
             raise HTTPException(409, f"job {job_id} has no attempt yet; POST /api/render for a dry run")
         return RenderView(backend=driver.name, script=driver.render(ref))
 
 
-@dataclass(frozen=True)
-class Placement:
-    tenant: str
-    queue: str
-    cluster_queue: str
-    priority: int
-    driver: Driver
-    spec: JobSpec
+def _driver(ctx: Context, backend: str) -> Driver:
+    """The driver of a stored job's backend (it alone reads the job's files)."""
+    if backend not in ctx.drivers:
+        raise HTTPException(503, f"backend {backend!r} is not configured on this control plane any more; "
+                                 f"backends: {', '.join(sorted(ctx.drivers))}")
+    return ctx.drivers[backend]
 
 
 def _placement(ctx: Context, who: Principal, spec: JobSpec) -> Placement:
-    """Resolve user → tenant → LocalQueue → ClusterQueue → backend, shape the spec for that
-    backend, and refuse what can never run (with the numbers), before storing."""
-    tenancy = ctx.tenancy.current
-    if who.tenant is None:
-        raise HTTPException(403, f"user {who.user} is in no tenant group; ask an admin to add you to a desk "
-                                 f"(tenants: {', '.join(sorted(tenancy.tenants))})")
+    """Where the job goes (placement.place), its refusals as HTTP errors."""
     try:
-        queue, cluster_queue = tenancy.resolve_queue(who.tenant, spec.queue)
-        priority = tenancy.priority_of(spec.priority)
-    except ValueError as exc:
+        return place(ctx.tenancy.current, ctx.drivers, who, spec)
+    except NoTenant as exc:
+        raise HTTPException(403, str(exc)) from exc
+    except Refused as exc:
         raise HTTPException(422, str(exc)) from exc
-    usable = [f for f in tenancy.flavors_for(cluster_queue) if tenancy.flavors[f].backend in ctx.drivers]
-    if spec.backend is not None and spec.backend not in ctx.drivers:
-        raise HTTPException(422, f"unknown backend {spec.backend!r}; backends: {', '.join(sorted(ctx.drivers))}")
-    backend = spec.backend or (tenancy.flavors[usable[0]].backend if usable else None)
-    flavors = [f for f in usable if tenancy.flavors[f].backend == backend]
-    if not flavors:
-        on = f" on backend {spec.backend!r}" if spec.backend else ""
-        raise HTTPException(422, f"queue {queue} ({cluster_queue}) has no quota{on}; its flavors: "
-                                 f"{', '.join(f'{f} ({tenancy.flavors[f].backend})' for f in usable) or 'none'}")
-    driver = ctx.drivers[backend]
-    try:
-        spec = driver.shape(spec)
-        driver.validate(spec)
-    except SpecRejected as exc:
-        raise HTTPException(422, str(exc)) from exc
-    _refuse_if_never_fits(tenancy, cluster_queue, flavors, spec.resources.gpus)
-    return Placement(who.tenant, queue, cluster_queue, priority, driver, spec)
-
-
-def _refuse_if_never_fits(tenancy, cluster_queue: str, flavors: list[str], gpus: int) -> None:
-    most = {f: tenancy.max_admissible(cluster_queue, f) for f in flavors}
-    best = max(most, key=most.get)
-    if gpus > most[best]:
-        nominal = tenancy.cluster_queues[cluster_queue].quotas[best].nominal
-        raise HTTPException(422, f"{gpus} GPUs can never be admitted: queue {cluster_queue} can get at most "
-                                 f"{most[best]} {best} GPUs (nominal {nominal} + {most[best] - nominal} borrowable "
-                                 f"from its cohort); ask for at most --gpus {most[best]}, or ask an admin to raise "
-                                 "the quota")

@@ -13,7 +13,8 @@
   under its researcher's own identity (`runuser -u alice -- sbatch -A desk-a ...`) and is
   charged to its desk.
 
-Every file lives in the state dir: configs rendered from config/slurm/*.in, logs, pid
+Every file lives in the state dir: configs rendered from the templates shipped in the package
+(cellscale_hub/dev/slurm_templates/*.in, so it works from an installed wheel), logs, pid
 files, spool, database, munge key and socket, and `jobs/` (mode 1777) for job output.
 Clients need only `SLURM_CONF=<state dir>/etc/slurm.conf`. `up` is idempotent: on a running
 cluster it checks and returns. `down` cancels the cluster's jobs, stops the daemons it
@@ -46,12 +47,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from cellscale_hub import proc
 
 DEFAULT_STATE_DIR = Path("/tmp/cellscale-slurm")
-TEMPLATE_DIR = Path(__file__).resolve().parents[3] / "config" / "slurm"
+TEMPLATE_DIR: Traversable = resources.files("cellscale_hub.dev") / "slurm_templates"  # package data
 TEMPLATES = ("slurm.conf", "gres.conf", "topology.conf", "slurmdbd.conf")
 
 PACKAGES = ("slurm-wlm", "slurmdbd", "munge", "mariadb-server")
@@ -249,14 +252,15 @@ def template_values(layout: Layout, settings: Settings) -> dict[str, str]:
     return values
 
 
-def render(name: str, values: Mapping[str, str], template_dir: Path = TEMPLATE_DIR) -> str:
+def render(name: str, values: Mapping[str, str], template_dir: Traversable = TEMPLATE_DIR) -> str:
     template = template_dir / f"{name}.in"
-    if not template.exists():
-        raise ClusterError(f"template {template} is missing (set --templates to the config/slurm folder)")
+    if not template.is_file():
+        raise ClusterError(f"template {template} is missing (--templates names a folder with "
+                           f"{', '.join(t + '.in' for t in TEMPLATES)}; default: the package's own)")
     return string.Template(template.read_text()).substitute(values)
 
 
-def write_configs(layout: Layout, settings: Settings, template_dir: Path, log: Log) -> bool:
+def write_configs(layout: Layout, settings: Settings, template_dir: Traversable, log: Log) -> bool:
     """Render the four configs; True when one changed (daemons already running keep the old one)."""
     values = template_values(layout, settings)
     slurm = pwd.getpwnam(SLURM_USER)
@@ -319,7 +323,7 @@ def make_munge_key(layout: Layout) -> None:
         out.write(secrets.token_bytes(1024))
 
 
-def prepare_state(layout: Layout, template_dir: Path, log: Log) -> Settings:
+def prepare_state(layout: Layout, template_dir: Traversable, log: Log) -> Settings:
     make_dirs(layout)
     settings = load_settings(layout)
     if write_configs(layout, settings, template_dir, log) and any(pid_of(layout, d) for d in daemon_names()):
@@ -705,7 +709,8 @@ class Cluster:
         return self.layout.jobs
 
 
-def up(state_dir: Path | str = DEFAULT_STATE_DIR, *, template_dir: Path = TEMPLATE_DIR, log: Log = print) -> Cluster:
+def up(state_dir: Path | str = DEFAULT_STATE_DIR, *, template_dir: Traversable = TEMPLATE_DIR,
+       log: Log = print) -> Cluster:
     """Install, configure and start the cluster; on a running cluster only check it."""
     began = time.monotonic()
     require_root()
@@ -791,7 +796,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cellscale_hub.dev.slurm", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help=f"default: {DEFAULT_STATE_DIR}")
-    parser.add_argument("--templates", type=Path, default=TEMPLATE_DIR, help=f"default: {TEMPLATE_DIR}")
+    parser.add_argument("--templates", type=Path, default=TEMPLATE_DIR,
+                        help=f"folder of the config templates (*.in); default: {TEMPLATE_DIR}")
     args = parser.parse_args(argv)
     try:
         if args.command == "up":

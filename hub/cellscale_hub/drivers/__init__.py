@@ -3,11 +3,16 @@ name in the `cellscale.drivers` group (e.g. "local") or by its import path."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from importlib.metadata import entry_points
 
 from traitlets.utils.importstring import import_item
 
 from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected
+from cellscale_hub.tenancy import Tenancy
+
+log = logging.getLogger("cellscale.drivers")
 
 
 def driver_class(name: str) -> type[Driver]:
@@ -20,4 +25,18 @@ def driver_class(name: str) -> type[Driver]:
     raise ValueError(f"unknown driver {name!r}; known drivers: {', '.join(known)} (or a dotted class path)")
 
 
-__all__ = ["AttemptRef", "Driver", "Observation", "SpecRejected", "driver_class"]
+def flavor_capacities(tenancy: Tenancy, drivers: Mapping[str, Driver]) -> dict[str, int]:
+    """Physical GPUs per flavor: its backend's capacity (a backend that does not answer, or
+    is not configured, has none)."""
+    out = {}
+    for flavor, spec in tenancy.flavors.items():
+        driver = drivers.get(spec.backend)
+        try:
+            out[flavor] = driver.capacity().capacity_gpus if driver else 0
+        except Exception:  # admission goes on for the other backends
+            log.exception("backend %s did not report its capacity; nothing is admitted on it now", spec.backend)
+            out[flavor] = 0
+    return out
+
+
+__all__ = ["AttemptRef", "Driver", "Observation", "SpecRejected", "driver_class", "flavor_capacities"]

@@ -1,27 +1,9 @@
-"""The driver interface: what the control plane needs from a scheduler.
-
-Subclass `Driver` and override:
-
-- `capacity()`: the largest gang this backend can ever run, for refusing impossible jobs.
-- `render(ref)`: the exact script or command `submit` would run (a public dry run).
-- `submit(ref)`: start the attempt; return the backend's id for it. Must be idempotent for
-  one attempt: submitting the same attempt twice never runs it twice (`ref.resubmit` says
-  the control plane may have submitted it before it restarted).
-- `poll(refs)`: one batched query for all active attempts of this backend. An attempt the
-  backend did not answer for is UNKNOWN, never "gone".
-- `cancel(ref)`: ask the backend to stop the attempt (the job dir's exit record follows).
-- `warn(ref)`: deliver the preemption warning (SIGUSR1 to each node's supervisor, which
-  tells the ranks); the controller cancels the attempt when the grace period ends.
-
-Override `apply_tenancy(tenancy)` when the backend has a scheduler of its own that must agree
-with cellscale's quotas and fair share (Slurm: account limits and shares). And, when the
-backend places jobs itself rather than against a declared capacity,
-`place(...)`. Drivers hold no durable state: everything they need after a restart of the
-control plane is in the `AttemptRef` (from the store) and the job directory.
-"""
+"""The driver interface: what the control plane needs from a scheduler (the contract is on
+`Driver` itself), and what drivers hand back (`Observation`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,10 +11,11 @@ from pathlib import Path
 from traitlets import Unicode
 from traitlets.config import LoggingConfigurable
 
-from cellscale.runtime.jobdir import JobDir, LaunchPlan
-from cellscale.spec import AttemptState, BackendView, JobSpec
-from cellscale_hub import plans
-from cellscale_hub.faults import Fault, from_exit_records
+from cellscale.runtime.jobdir import JobDir
+from cellscale.runtime.records import Checkpoint, LaunchPlan, ResumeReport
+from cellscale.spec import BackendView, CheckpointView, JobSpec
+from cellscale.vocabulary import AttemptState, Fault, Launcher
+from cellscale_hub.faults import from_exit_records
 from cellscale_hub.tenancy import Tenancy
 
 
@@ -42,6 +25,8 @@ class SpecRejected(ValueError):
 
 @dataclass(frozen=True)
 class AttemptRef:
+    """One attempt of a job, as a driver sees it: everything it needs, from the store."""
+
     job_id: str
     number: int
     job_dir: Path
@@ -65,6 +50,8 @@ class AttemptRef:
 
 @dataclass(frozen=True)
 class Observation:
+    """What a driver's poll found about one attempt, plus what its job directory says."""
+
     state: AttemptState
     exit_code: int | None = None
     reason: str | None = None
@@ -72,6 +59,9 @@ class Observation:
     step: int | None = None  # the training step rank 0 last reported
     fault: Fault | None = None  # why an ended attempt did not succeed (None: it did, or was cancelled)
     failed_nodes: tuple[str, ...] = ()
+    checkpoint: Checkpoint | None = None  # the newest this attempt committed (filled in by Driver.observe_attempts)
+    resume: ResumeReport | None = None  # what this attempt resumed from (filled in by Driver.observe_attempts)
+    result: bool = False  # rank 0 wrote its outputs (filled in by Driver.observe_attempts once the attempt SUCCEEDED)
 
 
 def heartbeat_of(ref: AttemptRef, nodes: int) -> tuple[datetime | None, int | None]:
@@ -80,8 +70,8 @@ def heartbeat_of(ref: AttemptRef, nodes: int) -> tuple[datetime | None, int | No
     beats = [ref.dir.read_heartbeat(ref.number, node) for node in range(nodes)]
     if not beats or any(beat is None for beat in beats):
         return None, None
-    oldest = min(beat["at"] for beat in beats)
-    return datetime.fromtimestamp(oldest, timezone.utc), beats[0].get("step")
+    oldest = min(beat.at for beat in beats)
+    return datetime.fromtimestamp(oldest, timezone.utc), beats[0].step
 
 
 def fault_from_job_dir(ref: AttemptRef, nodes: int) -> Fault:
@@ -92,25 +82,80 @@ def fault_from_job_dir(ref: AttemptRef, nodes: int) -> Fault:
 
 
 class Driver(LoggingConfigurable):
+    """A scheduler kind (Slurm, the local machine, ...); each configured backend is one instance.
+
+    Admins name a driver by its entry point in the `cellscale.drivers` group ("local",
+    "slurm") or by its import path, and configure it with traitlets (`c.SlurmDriver.partition`).
+    A driver holds no durable state: everything it needs after a restart of the control plane
+    is in the `AttemptRef` (from the store) and the job directory.
+
+    Override, in a subclass (a missing one is a TypeError at class creation):
+
+    - `capacity()` -> BackendView: the backend's GPUs and largest gang, for refusing impossible
+      jobs and capping admission. Called every scheduling cycle: cache what is slow to ask.
+    - `render(ref)` -> str: the exact script or command `submit` would run (the public dry
+      run). A pure function of `ref` and the driver's configuration: no subprocess.
+    - `submit(ref)` -> str: start the attempt; return the backend's id for it. Idempotent for
+      one attempt: submitting it twice never runs it twice (`ref.resubmit` says the control
+      plane may have submitted it before it restarted).
+    - `poll(refs)` -> {ref.key: Observation}: ONE batched query for all active attempts of
+      this backend. An attempt the backend did not answer for is UNKNOWN, never "gone"; an
+      ended one carries its exit code, its reason in words, its `Fault` class and the nodes
+      to blame. Heartbeats come from the job directory (`heartbeat_of`).
+    - `cancel(ref)`: ask the backend to stop the attempt (the job dir's exit record follows).
+    - `warn(ref)`: deliver the preemption warning (SIGUSR1 to each node's supervisor, which
+      tells the ranks); the controller cancels the attempt when the grace period ends.
+
+    Override when the default does not fit:
+
+    - `shape(spec)`: the spec as this backend runs it (Slurm: whole nodes); identity.
+    - `validate(spec)`: refuse a spec this backend can never run (SpecRejected, saying what
+      to change); by default checked against `capacity()`.
+    - `launch_plan(ref)`: what the attempt's runtime reads (Slurm adds its rendezvous).
+    - `apply_tenancy(tenancy)`: mirror quotas and fair share into a backend that has a
+      scheduler of its own (Slurm: account limits and shares); nothing by default.
+    - The job-directory methods (`prepare`, `read_log`, `checkpoints`, `result_file`, and the
+      facts `observe_attempts` adds to each observation) assume a directory every node and the control
+      plane share (`ref.job_dir`). A backend whose jobs write elsewhere (object storage, a
+      pod's volume) overrides them; nothing else in the control plane opens a job's files.
+
+    The controller calls `observe_attempts(refs)`, never `poll` directly.
+    """
+
     kind: str = "base"
 
     name = Unicode(help="The backend's name as users see it (--backend NAME).").tag(config=True)
 
     assigns_gpu_ids = False  # True: the control plane picks GPU ids (the backend does not)
 
+    REQUIRED = ("capacity", "render", "submit", "poll", "cancel", "warn")
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        missing = [m for m in ("capacity", "render", "submit", "poll", "cancel", "warn") if getattr(cls, m) is getattr(Driver, m)]
+        missing = [m for m in cls.REQUIRED if getattr(cls, m) is getattr(Driver, m)]
         if missing:
             raise TypeError(f"{cls.__name__} must override {', '.join(missing)}")
 
+    # -- must override --------------------------------------------------------------------------
     def capacity(self) -> BackendView:
         raise NotImplementedError("Override in subclass.")
 
-    def launch_plan(self, ref: AttemptRef) -> LaunchPlan:
-        """What the attempt's runtime reads; backends add what only they know."""
-        return plans.launch_plan(ref)
+    def render(self, ref: AttemptRef) -> str:
+        raise NotImplementedError("Override in subclass.")
 
+    def submit(self, ref: AttemptRef) -> str:
+        raise NotImplementedError("Override in subclass.")
+
+    def poll(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
+        raise NotImplementedError("Override in subclass.")
+
+    def cancel(self, ref: AttemptRef) -> None:
+        raise NotImplementedError("Override in subclass.")
+
+    def warn(self, ref: AttemptRef) -> None:
+        raise NotImplementedError("Override in subclass.")
+
+    # -- may override ---------------------------------------------------------------------------
     def shape(self, spec: JobSpec) -> JobSpec:
         """The spec as this backend will run it (e.g. whole nodes); identity by default."""
         return spec
@@ -133,21 +178,50 @@ class Driver(LoggingConfigurable):
                 f"--gpus {cap.capacity_gpus}"
             )
 
-    def render(self, ref: AttemptRef) -> str:
-        raise NotImplementedError("Override in subclass.")
-
-    def submit(self, ref: AttemptRef) -> str:
-        raise NotImplementedError("Override in subclass.")
-
-    def poll(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
-        raise NotImplementedError("Override in subclass.")
-
-    def cancel(self, ref: AttemptRef) -> None:
-        raise NotImplementedError("Override in subclass.")
-
-    def warn(self, ref: AttemptRef) -> None:
-        raise NotImplementedError("Override in subclass.")
+    def launch_plan(self, ref: AttemptRef) -> LaunchPlan:
+        """What the attempt's runtime reads; backends add what only they know."""
+        spec, res = ref.spec, ref.spec.resources
+        procs = max(1, res.gpus_per_node) if spec.launcher is Launcher.torchrun else 1
+        return LaunchPlan(
+            job_id=ref.job_id, attempt=ref.number, launcher=spec.launcher, nodes=res.nodes,
+            gpus_per_node=res.gpus_per_node, procs_per_node=procs, gpu_ids=list(ref.gpu_ids),
+            outputs=spec.outputs, input_names=spec.input_names, env=spec.env, timeout_s=res.timeout_min * 60.0,
+        )
 
     def apply_tenancy(self, tenancy: Tenancy) -> None:
         """Mirror quotas and fair share into the backend's own scheduler; nothing to do for a
         backend that only runs what cellscale admits."""
+
+    # -- the job directory ----------------------------------------------------------------------
+    def prepare(self, ref: AttemptRef, bundle: Path | None) -> None:
+        """Write what the attempt's runtime reads (cell, inputs, plan) before `submit`."""
+        ref.dir.prepare(ref.number, ref.spec.source, self.launch_plan(ref), bundle)
+
+    def observe_attempts(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
+        """`poll`, with what the job directory adds: the attempt's newest checkpoint, the
+        checkpoint it resumed from, and whether a finished job left its outputs."""
+        observed = self.poll(refs)
+        for ref in refs:
+            if ref.key in observed:
+                obs, jd = observed[ref.key], ref.dir
+                observed[ref.key] = dataclasses.replace(
+                    obs, checkpoint=jd.latest_checkpoint(ref.number), resume=jd.read_resume(ref.number),
+                    result=obs.state is AttemptState.SUCCEEDED and jd.has_result())
+        return observed
+
+    def read_log(self, job_dir: Path, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        """Whole lines of the job's combined log from byte `offset`, and the log's size."""
+        return JobDir(job_dir).read_log(offset, max_bytes)
+
+    def checkpoints(self, job_dir: Path, attempts: list[int]) -> list[CheckpointView]:
+        """The checkpoints the job's attempts committed, oldest first."""
+        return [
+            CheckpointView(attempt=n, step=c.step, url=c.url, size_bytes=c.size_bytes, write_s=c.write_s,
+                           committed_at=datetime.fromtimestamp(c.wall_time, timezone.utc))
+            for n in attempts for c in JobDir(job_dir).read_checkpoints(n)
+        ]
+
+    def result_file(self, job_dir: Path) -> Path | None:
+        """Rank 0's pickled outputs (opaque bytes to the control plane), or None if none."""
+        jd = JobDir(job_dir)
+        return jd.result if jd.has_result() else None

@@ -14,10 +14,10 @@ import time
 from traitlets import Float, Integer, default
 
 from cellscale.runtime.supervisor import launcher_argv
-from cellscale.spec import AttemptState, BackendView, Launcher
+from cellscale.spec import BackendView
+from cellscale.vocabulary import AttemptState, ExitReason, Fault, Launcher
 from cellscale_hub import proc
 from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected, heartbeat_of
-from cellscale_hub.faults import Fault, from_exit_records
 
 SUPERVISOR = ("-m", "cellscale.runtime.supervisor")
 
@@ -77,7 +77,7 @@ class LocalDriver(Driver):
     def submit(self, ref: AttemptRef) -> str:
         node_dir = ref.dir.node_dir(ref.number)
         node_dir.mkdir(parents=True, exist_ok=True)
-        if ref.dir.started(ref.number) or ref.dir.supervisor_alive(ref.number):
+        if ref.dir.read_started(ref.number) or ref.dir.supervisor_alive(ref.number):
             return ref.backend_ref or "local"  # already launched: never twice
         child = proc.spawn_detached(
             self.argv(ref), cwd=ref.job_dir, log=node_dir / "supervisor.log", env=proc.job_environment()
@@ -96,14 +96,14 @@ class LocalDriver(Driver):
         if record is not None:
             self._children.pop(ref.key, None)
             state = _state_for(record.reason)
-            fault = from_exit_records([record.reason]) if state is AttemptState.FAILED or record.reason == "preempted" else None
-            return Observation(state, exit_code=record.code, reason=record.message or record.reason, fault=fault)
+            fault = record.reason.fault if state is AttemptState.FAILED or record.reason is ExitReason.PREEMPTED else None
+            return Observation(state, exit_code=record.code, reason=record.message or record.reason.value, fault=fault)
         heartbeat, step = heartbeat_of(ref, 1)
         if jd.supervisor_alive(ref.number):
             all_ranks = jd.ranks_started(ref.number) >= self.launch_plan(ref).expected_ranks
             return Observation(AttemptState.RUNNING if all_ranks else AttemptState.STARTING, heartbeat=heartbeat,
                                step=step)
-        if jd.started(ref.number):
+        if jd.read_started(ref.number):
             return Observation(AttemptState.LOST, reason="the supervisor died without writing an exit record",
                                fault=Fault.INFRASTRUCTURE)
         if ref.submitted_at is None or time.time() - ref.submitted_at.timestamp() < self.start_grace_seconds:
@@ -120,9 +120,9 @@ class LocalDriver(Driver):
     def _signal(self, ref: AttemptRef, signum: int) -> None:
         """Signal the attempt's supervisor: by the pid it recorded, or, when it was launched
         moments ago and has not recorded it yet, by the process this driver spawned."""
-        started = ref.dir.started(ref.number)
+        started = ref.dir.read_started(ref.number)
         child = self._children.get(ref.key)
-        pid = int(started["pid"]) if started else (child.pid if child else None)
+        pid = started.pid if started else (child.pid if child else None)
         if pid is None:
             return
         try:
@@ -131,7 +131,7 @@ class LocalDriver(Driver):
             pass
 
 
-def _state_for(reason: str) -> AttemptState:
-    return {"succeeded": AttemptState.SUCCEEDED, "cancelled": AttemptState.CANCELLED,
-            "preempted": AttemptState.CANCELLED}.get(reason, AttemptState.FAILED)
+def _state_for(reason: ExitReason) -> AttemptState:
+    return {ExitReason.SUCCEEDED: AttemptState.SUCCEEDED, ExitReason.CANCELLED: AttemptState.CANCELLED,
+            ExitReason.PREEMPTED: AttemptState.CANCELLED}.get(reason, AttemptState.FAILED)
 

@@ -2,7 +2,10 @@
 
 `render()` is the exact batch script (golden-file tested): `--nodes`, one task per node
 (`srun` starts one cellscale supervisor per node, which starts torchrun or Ray there),
-`--gres=gpu:N`, `--switches` for topology, and the tenant as the Slurm account. Jobs are
+`--gres=gpu:N`, `--switches` for topology, and the tenant as the Slurm account. It is a pure
+function of the attempt and the driver's traits (no Slurm command runs): a site adds its own
+`#SBATCH` lines (`extra_directives`), setup lines (`prologue`) or rewrites the whole script
+(`batch_template`) in config, the way batchspawner and dask-jobqueue do. Jobs are
 submitted under the researcher's own Unix identity (`submit_as`, e.g. sudo to the user),
 never a shared service account. One `squeue --json` plus, for jobs that have left the
 queue, one `sacct --json` per poll cycle; a job neither knows about is UNKNOWN, never gone.
@@ -15,22 +18,57 @@ import os
 import pwd
 import re
 import shlex
+import string
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from traitlets import Float, Integer, List, Unicode, default
+from traitlets import Float, Integer, List, TraitError, Unicode, default, validate
 
 from cellscale.spec import AttemptState, BackendView, JobSpec, Launcher
 from cellscale_hub import proc
 from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected, fault_from_job_dir, heartbeat_of
-from cellscale_hub.faults import Fault
+from cellscale.vocabulary import Fault
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.tenancy import Tenancy
-from cellscale.runtime.jobdir import LaunchPlan
+from cellscale.runtime.records import LaunchPlan
 
 SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SBATCH_BARE = re.compile(r"[\w@%+=:,./-]+", re.ASCII)  # what an #SBATCH line may hold unquoted
+# the options render() sets itself: an extra directive must not override them (--account is the
+# desk's charge, --job-name finds a job again after a restart, --output/--chdir the job dir)
+MANAGED_OPTIONS = frozenset({
+    "job-name", "account", "partition", "nodes", "ntasks-per-node", "gres", "time", "switches", "exclude",
+    "chdir", "output", "requeue", "no-requeue", "comment",
+})
+DEFAULT_BATCH_TEMPLATE = """\
+#!/bin/bash
+{header}
+{directives}
+{prologue}
+{command}
+"""
+TEMPLATE_FIELDS = {
+    "header": "the `# cellscale job ...` comment line",
+    "directives": "every `#SBATCH` line, cellscale's then `extra_directives`",
+    "prologue": "the `prologue` lines",
+    "command": "`exec srun ... <supervisor>`: one cellscale supervisor per node",
+    "supervisor": "the supervisor's command line alone (for a template with its own srun line)",
+    "job_name": "the Slurm job name (`<job id>-a<attempt>`)",
+    "job_id": "the cellscale job id",
+    "attempt": "the attempt number",
+    "owner": "the researcher (Unix user) the job runs as",
+    "tenant": "the desk, which is the Slurm account",
+    "partition": "the partition",
+    "nodes": "the number of nodes",
+    "gpus_per_node": "GPUs per node",
+    "timeout_min": "the wall-clock limit in minutes",
+    "launcher": "torchrun, ray or plain",
+    "job_dir": "the job directory (shell-quoted)",
+    "python": "the Python that runs the supervisor (shell-quoted)",
+}
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
 ACTIVE = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 ENDED = {
@@ -86,6 +124,35 @@ class SlurmDriver(Driver):
     ).tag(config=True)
     capacity_seconds = Float(30.0, help="How long the partition's size from sinfo is reused.").tag(config=True)
     command_timeout = Integer(30, help="Seconds a Slurm command may take.").tag(config=True)
+    extra_directives = List(
+        Unicode(),
+        help="""More sbatch options for every job, one option per entry, each written as an
+        `#SBATCH` line after cellscale's own, e.g. ["--constraint=a100", "--qos=normal",
+        "--mem=0", "--exclusive"]. Each must start with `--` (long options only; no newlines).
+        An entry is one option: a value with spaces or quotes is quoted for sbatch. The options
+        cellscale sets itself (--job-name, --account, --partition, --nodes, --gres, --time,
+        --chdir, --output, ...) are refused: use the matching trait (`partition`) or the job's
+        resources. Like dask-jobqueue's `job_extra_directives` and batchspawner's `req_options`.""",
+    ).tag(config=True)
+    prologue = List(
+        Unicode(),
+        help="""Shell lines the batch script runs before it starts the job's nodes, e.g.
+        ["module load cuda/12.4", "source /opt/site/env.sh"]. Written as given (they are the site
+        admin's shell, not user input), after the `#SBATCH` lines; one line per entry, and no
+        `#SBATCH` lines here (use `extra_directives`). Like dask-jobqueue's
+        `job_script_prologue` and batchspawner's `req_prologue`.""",
+    ).tag(config=True)
+    batch_template = Unicode(
+        DEFAULT_BATCH_TEMPLATE,
+        help="""The whole batch script, with `{field}` placeholders (Python str.format; write `{{` and
+        `}}` for a literal brace, e.g. `${{SLURM_JOB_ID}}`). A line holding only a placeholder whose
+        value is empty (e.g. `{prologue}` with no prologue) is left out. It must start with `#!`
+        and contain `{directives}` and `{command}` (or `{supervisor}` in an srun line of your own);
+        sbatch reads `#SBATCH` lines only before the first command, so keep `{directives}` above
+        any command. Fields: """ + "; ".join(f"`{{{name}}}` {what}" for name, what in TEMPLATE_FIELDS.items())
+        + """. Every value is validated or shell-quoted. The default gives
+        `#!/bin/bash`, `{header}`, `{directives}`, `{prologue}`, `{command}`, one per line.""",
+    ).tag(config=True)
 
     @default("name")
     def _default_name(self) -> str:
@@ -100,6 +167,62 @@ class SlurmDriver(Driver):
         if os.geteuid() == 0:
             return ["runuser", "-u", "{user}", "--"]
         return ["sudo", "-n", "-u", "{user}", "--"]
+
+    @validate("extra_directives")
+    def _valid_directives(self, proposal) -> list[str]:
+        for directive in proposal["value"]:
+            if _unprintable(directive):
+                raise TraitError(f"SlurmDriver.extra_directives: {directive!r} holds a newline or control "
+                                 "character; give one option per entry")
+            if not re.fullmatch(r"--[A-Za-z][A-Za-z0-9-]*(=.*)?", directive):
+                raise TraitError(f"SlurmDriver.extra_directives: {directive!r} is not a long sbatch option; "
+                                 "write each as --name or --name=value, e.g. --constraint=a100")
+            option = directive[2:].split("=", 1)[0]
+            if option in MANAGED_OPTIONS:
+                raise TraitError(f"SlurmDriver.extra_directives: --{option} is set by cellscale for every job "
+                                 "(from the job's resources, its desk and the driver's traits) and cannot be "
+                                 "overridden")
+        return proposal["value"]
+
+    @validate("prologue")
+    def _valid_prologue(self, proposal) -> list[str]:
+        for line in proposal["value"]:
+            if _unprintable(line, tab=True):
+                raise TraitError(f"SlurmDriver.prologue: {line!r} holds a newline or control character; "
+                                 "give one shell line per entry")
+            if line.lstrip().startswith("#SBATCH"):
+                raise TraitError(f"SlurmDriver.prologue: {line!r} is an #SBATCH line; put sbatch options in "
+                                 "SlurmDriver.extra_directives")
+        return proposal["value"]
+
+    @validate("batch_template")
+    def _valid_template(self, proposal) -> str:
+        template = proposal["value"]
+        if not template.startswith("#!"):
+            raise TraitError("SlurmDriver.batch_template must start with an interpreter line such as #!/bin/bash "
+                             "(sbatch refuses a script without one)")
+        if "\0" in template:
+            raise TraitError("SlurmDriver.batch_template holds a NUL character")
+        try:
+            fields = [parsed for line in template.splitlines() for parsed in string.Formatter().parse(line)]
+        except ValueError as exc:
+            raise TraitError(f"SlurmDriver.batch_template: {exc} (write {{{{ and }}}} for literal braces)") from None
+        used = set()
+        for _, name, spec, conversion in fields:
+            if name is None:
+                continue
+            if name not in TEMPLATE_FIELDS or spec or conversion:
+                raise TraitError(f"SlurmDriver.batch_template: unknown placeholder {{{name}}}; the fields are "
+                                 f"{', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)} (write {{{{ and }}}} for "
+                                 "literal braces, e.g. ${{SLURM_JOB_ID}})")
+            used.add(name)
+        if "directives" not in used:
+            raise TraitError("SlurmDriver.batch_template must contain {directives}: they name, place and charge "
+                             "the job")
+        if not used & {"command", "supervisor"}:
+            raise TraitError("SlurmDriver.batch_template must contain {command} (or {supervisor} in an srun line "
+                             "of its own): it is what runs the job")
+        return template
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -151,10 +274,19 @@ class SlurmDriver(Driver):
         return ref.dir.attempt_dir(ref.number) / "job.sbatch"
 
     def render(self, ref: AttemptRef) -> str:
+        """The batch script: a pure function of the attempt and the driver's traits.
+
+        It runs no Slurm command: whatever it needs from the cluster is decided before, in
+        `submit` (which nodes to avoid, see `_avoiding`) or `shape` (whole nodes)."""
         res = ref.spec.resources
         if not SAFE_NAME.match(ref.tenant):
             raise SpecRejected(f"tenant {ref.tenant!r} cannot be a Slurm account name (lower-case letters, digits, -, _)")
+        if not SAFE_NAME.match(ref.owner):
+            raise SpecRejected(f"user name {ref.owner!r} is not a valid Unix user name; Slurm jobs run as their owner")
+        if not SAFE_NODE.match(ref.job_id):
+            raise SpecRejected(f"job id {ref.job_id!r} cannot be part of a Slurm job name")
         out = ref.dir.attempt_dir(ref.number) / "slurm-%j.out"
+        excluded = sorted({node for node in ref.excluded_nodes if SAFE_NODE.match(node)})
         directives = [
             f"--job-name={job_name(ref)}",
             f"--account={ref.tenant}",
@@ -164,35 +296,50 @@ class SlurmDriver(Driver):
             *([f"--gres=gpu:{res.gpus_per_node}"] if res.gpus_per_node else []),
             f"--time={res.timeout_min}",
             *([f"--switches={res.switches}"] if res.switches else []),
-            *([f"--exclude={','.join(excluded)}"] if (excluded := self._excludable(ref)) else []),
+            *([f"--exclude={','.join(excluded)}"] if excluded else []),
             f"--chdir={ref.job_dir}",
             f"--output={out}",
             "--no-requeue",
             "--comment=cellscale",
+            *self.extra_directives,
         ]
-        supervisor = [self.python, "-m", "cellscale.runtime.supervisor", str(ref.job_dir), str(ref.number)]
-        lines = [
-            "#!/bin/bash",
-            f"# cellscale job {ref.job_id}, attempt {ref.number}, owner {ref.owner}: "
-            f"{res.nodes} node(s) x {res.gpus_per_node} GPU(s), launcher {ref.spec.launcher.value}",
-            *(f"#SBATCH {shlex.quote(d)}" for d in directives),
-            f"exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 {shlex.join(supervisor)}",
-        ]
-        return "\n".join(lines) + "\n"
+        supervisor = shlex.join([self.python, "-m", "cellscale.runtime.supervisor", str(ref.job_dir), str(ref.number)])
+        fields = {
+            "header": f"# cellscale job {ref.job_id}, attempt {ref.number}, owner {ref.owner}: "
+                      f"{res.nodes} node(s) x {res.gpus_per_node} GPU(s), launcher {ref.spec.launcher.value}",
+            "directives": "\n".join(f"#SBATCH {sbatch_quote(d)}" for d in directives),
+            "prologue": "\n".join(self.prologue),
+            "command": f"exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 {supervisor}",
+            "supervisor": supervisor,
+            "job_name": job_name(ref),
+            "job_id": ref.job_id,
+            "attempt": str(ref.number),
+            "owner": ref.owner,
+            "tenant": ref.tenant,
+            "partition": shlex.quote(self.partition),
+            "nodes": str(res.nodes),
+            "gpus_per_node": str(res.gpus_per_node),
+            "timeout_min": str(res.timeout_min),
+            "launcher": ref.spec.launcher.value,
+            "job_dir": shlex.quote(str(ref.job_dir)),
+            "python": shlex.quote(self.python),
+        }
+        return fill_template(self.batch_template, fields)
 
-    def _excludable(self, ref: AttemptRef) -> list[str]:
-        """The nodes that failed this job, while enough others remain for its gang."""
+    def _avoiding(self, ref: AttemptRef) -> AttemptRef:
+        """The attempt avoiding the nodes that failed this job, while enough others remain for
+        its gang (so a job is never left waiting for nodes it excluded); asks sinfo (cached)."""
         bad = sorted({node for node in ref.excluded_nodes if SAFE_NODE.match(node)})
-        if not bad or self.capacity().max_nodes - len(bad) < ref.spec.resources.nodes:
-            return []
-        return bad
+        if bad and self.capacity().max_nodes - len(bad) < ref.spec.resources.nodes:
+            bad = []
+        return replace(ref, excluded_nodes=tuple(bad))
 
     # -- submit / poll / cancel ------------------------------------------------------------------
     def submit(self, ref: AttemptRef) -> str:
         existing = self._find(ref) if ref.resubmit else None
         if existing:
             return existing  # submitted before a restart of the control plane: adopt it
-        self.script_path(ref).write_text(self.render(ref))
+        self.script_path(ref).write_text(self.render(self._avoiding(ref)))
         _give_to(ref.owner, ref.job_dir)
         out = self._run([*self._as_user(ref.owner), "sbatch", "--parsable", str(self.script_path(ref))])
         return out.strip().split(";")[0]
@@ -253,7 +400,7 @@ class SlurmDriver(Driver):
         if state == "PREEMPTED":
             return "preempted by Slurm"
         error = ref.dir.read_error(ref.number)
-        return error["summary"] if error else f"Slurm job {ref.backend_ref} ended {state}"
+        return error.summary if error else f"Slurm job {ref.backend_ref} ended {state}"
 
     def _fault(self, ref: AttemptRef, state: str) -> Fault | None:
         if state in ("COMPLETED", "CANCELLED"):
@@ -320,6 +467,30 @@ def _entitled(tree: FairTree, cluster_queue: str) -> float:
     for node in tree.paths[cluster_queue]:
         fraction *= tree.share[node]
     return fraction
+
+
+def sbatch_quote(option: str) -> str:
+    """One argument of an `#SBATCH` line. sbatch splits the line at blanks and honours double
+    quotes and backslashes (not single quotes, unlike a shell), and an unquoted `#` ends it."""
+    if SBATCH_BARE.fullmatch(option):
+        return option
+    return '"' + option.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def fill_template(template: str, fields: dict[str, str]) -> str:
+    """`template` with its `{field}`s filled, line by line; a line that is only one field whose
+    value is empty is left out (the default template's `{prologue}` when there is none)."""
+    lines = []
+    for line in template.splitlines(keepends=True):
+        parsed = list(string.Formatter().parse(line.rstrip("\n")))
+        if len(parsed) == 1 and parsed[0][0] == "" and parsed[0][1] and fields.get(parsed[0][1]) == "":
+            continue
+        lines.append(line.format_map(fields))
+    return "".join(lines)
+
+
+def _unprintable(text: str, tab: bool = False) -> bool:
+    return any(ord(c) < 32 and not (tab and c == "\t") or ord(c) == 127 for c in text)
 
 
 def _gpus_of(gres: str) -> int:

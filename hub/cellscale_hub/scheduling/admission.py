@@ -23,6 +23,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from cellscale.vocabulary import PendingCode
+from cellscale_hub.scheduling.ceiling import Ceiling, best_ceiling
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.tenancy import Tenancy
 
@@ -95,7 +97,7 @@ class Ahead:
 class PendingReason:
     """Why a job waits, structured (for the API and the panel) and in words."""
 
-    code: str  # Queued | QuotaExhausted | PoolLent | CapacityFull | HeldForAhead | Preempting | NeverFits | NoFlavor
+    code: PendingCode
     message: str
     position: int  # 1 = next in its ClusterQueue
     flavor: str | None = None
@@ -158,17 +160,17 @@ class Usage:
         q = self.quota(cq, flavor)
         return max(0, used - (q.nominal - q.lendable))  # beyond its private part
 
-    def headroom(self, cq: str, flavor: str) -> tuple[int, str]:
+    def headroom(self, cq: str, flavor: str) -> tuple[int, PendingCode]:
         """The most GPUs the queue could get on the flavor now, and the binding limit."""
         q = self.quota(cq, flavor)
         used = self.used[cq, flavor]
         limits = []
         if q.borrowing_limit is not None:
-            limits.append((q.nominal + q.borrowing_limit - used, "QuotaExhausted"))
+            limits.append((q.nominal + q.borrowing_limit - used, PendingCode.QuotaExhausted))
         key = self.root[cq], flavor
         private_free = max(0, (q.nominal - q.lendable) - used)
-        limits.append((private_free + self.pool_size[key] - self.in_pool[key], "PoolLent"))
-        limits.append((self.capacity.get(flavor, 0) - self.physical[flavor], "CapacityFull"))
+        limits.append((private_free + self.pool_size[key] - self.in_pool[key], PendingCode.PoolLent))
+        limits.append((self.capacity.get(flavor, 0) - self.physical[flavor], PendingCode.CapacityFull))
         amount, code = min(limits, key=lambda limit: limit[0])  # on a tie the quota explains best
         return max(0, amount), code
 
@@ -193,13 +195,15 @@ class Cycle:
     leaving: dict[str, Holder] = field(default_factory=dict)  # being preempted, not yet promised to a head
     promised: dict[str, list[Holder]] = field(default_factory=dict)  # head -> the victims freeing its GPUs
     taken: set[str] = field(default_factory=set)  # victims promised to some head
-    most: dict[tuple[str, str], int] = field(default_factory=dict)  # (queue, flavor) -> max_admissible
+    ceilings: dict[tuple[str, tuple[str, ...]], Ceiling] = field(default_factory=dict)  # memo: (queue, flavors)
 
-    def max_admissible(self, t: Tenancy, capacity: dict[str, int], cq: str, flavor: str) -> int:
-        """Quota ceiling (nominal + borrowable), and never more than the flavor's GPUs."""
-        if (cq, flavor) not in self.most:
-            self.most[cq, flavor] = min(t.max_admissible(cq, flavor), capacity.get(flavor, 0))
-        return self.most[cq, flavor]
+    def never_fits(self, snap: Snapshot, job: Workload, flavors: list[str]) -> Ceiling | None:
+        """The never-fits rule (scheduling.ceiling) against the flavors' GPUs now, memoized per cycle."""
+        key = (job.cluster_queue, tuple(flavors))
+        if key not in self.ceilings:
+            self.ceilings[key] = best_ceiling(snap.tenancy, job.cluster_queue, flavors, snap.capacity)
+        best = self.ceilings[key]
+        return best if job.gpus > best.gpus else None
 
 
 # -- the cycle ----------------------------------------------------------------------------
@@ -221,8 +225,9 @@ def schedule(snap: Snapshot) -> Decision:
                                               queues[c][heads[c]], tree.key(c, node_use)))
         job = queues[cq][heads[cq]]
         flavors = _flavors(flavors_of[cq], job)
-        if not flavors or job.gpus > max(cycle.max_admissible(t, snap.capacity, cq, f) for f in flavors):
-            decision.pending[job.job_id] = _never_fits(t, snap.capacity, job, flavors)
+        too_big = cycle.never_fits(snap, job, flavors) if flavors else None
+        if not flavors or too_big:
+            decision.pending[job.job_id] = _never_fits(job, too_big)
             _advance(heads, queues, cq)
             continue
         flavor = _choose_flavor(usage, job, flavors, cycle.claims)
@@ -370,20 +375,18 @@ def _victim_reason(usage: Usage, victim: Holder, job: Workload) -> str:
 
 
 # -- why pending --------------------------------------------------------------------------
-def _never_fits(t: Tenancy, capacity: dict[str, int], job: Workload, flavors: list[str]) -> PendingReason:
-    if not flavors:
-        return PendingReason("NoFlavor", f"queue {job.cluster_queue} has no flavor this job may use", 1, needs=job.gpus)
-    ceiling = {f: t.max_admissible(job.cluster_queue, f) for f in flavors}
-    most = {f: min(ceiling[f], capacity.get(f, 0)) for f in flavors}
-    best = max(flavors, key=lambda f: most[f])
-    if capacity.get(best, 0) < ceiling[best]:
-        why = (f"the {best} backend has {capacity.get(best, 0)} GPUs now (fewer than the queue's quota: nodes down, "
+def _never_fits(job: Workload, best: Ceiling | None) -> PendingReason:
+    if best is None:
+        return PendingReason(PendingCode.NoFlavor, f"queue {job.cluster_queue} has no flavor this job may use", 1,
+                             needs=job.gpus)
+    if best.capacity_short:
+        why = (f"the {best.flavor} backend has {best.capacity} GPUs now (fewer than the queue's quota: nodes down, "
                "or the backend did not answer); it waits until it has enough")
     else:
-        why = (f"queue {job.cluster_queue} can get at most {most[best]} {best} GPU(s) (nominal + borrowable); "
+        why = (f"queue {job.cluster_queue} can get at most {best.gpus} {best.flavor} GPU(s) (nominal + borrowable); "
                "ask an admin to raise the quota or submit a smaller job")
-    return PendingReason("NeverFits", f"needs {job.gpus} GPU(s) but {why}", 1, flavor=best, needs=job.gpus,
-                         available=most[best])
+    return PendingReason(PendingCode.NeverFits, f"needs {job.gpus} GPU(s) but {why}", 1, flavor=best.flavor,
+                         needs=job.gpus, available=best.gpus)
 
 
 def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], cycle: Cycle) -> PendingReason:
@@ -392,14 +395,14 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
     if victims:
         flavor = victims[0].flavor
         names = ", ".join(h.job_id for h in victims)
-        return PendingReason("Preempting", f"waiting for {sum(h.gpus for h in victims)} {flavor} GPU(s) being freed by "
+        return PendingReason(PendingCode.Preempting, f"waiting for {sum(h.gpus for h in victims)} {flavor} GPU(s) being freed by "
                              f"preempting {names} (they were warned and may checkpoint first)", 1, flavor, job.gpus,
                              usage.headroom(cq, flavor)[0],
                              tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, "being preempted") for h in victims))
     held = [f for f in flavors if usage.fits(cq, f, job.gpus) and _claimant(usage, cycle.claims, job, f)]
     if held:
         head = _claimant(usage, cycle.claims, job, held[0])
-        return PendingReason("HeldForAhead", f"waiting: it would borrow {held[0]} GPUs that {head.job_id} "
+        return PendingReason(PendingCode.HeldForAhead, f"waiting: it would borrow {held[0]} GPUs that {head.job_id} "
                              f"({head.cluster_queue}, {head.gpus} GPUs) is waiting for and goes first; it may run "
                              f"within its own quota", 1, held[0], job.gpus, usage.headroom(cq, held[0])[0],
                              (Ahead(head.job_id, head.cluster_queue, head.gpus, "waiting ahead"),))
@@ -408,9 +411,9 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
     holders = _holders_in_the_way(snap, usage, job, flavor, code)
     q = usage.quota(cq, flavor)
     words = {
-        "QuotaExhausted": f"queue {cq} is at its {flavor} quota ({q.nominal} nominal + {q.borrowing_limit} borrowable)",
-        "PoolLent": f"the rest of the {flavor} quota of {usage.root[cq].partition(':')[2]}'s tree is in use",
-        "CapacityFull": f"all {usage.capacity.get(flavor, 0)} {flavor} GPUs are in use",
+        PendingCode.QuotaExhausted: f"queue {cq} is at its {flavor} quota ({q.nominal} nominal + {q.borrowing_limit} borrowable)",
+        PendingCode.PoolLent: f"the rest of the {flavor} quota of {usage.root[cq].partition(':')[2]}'s tree is in use",
+        PendingCode.CapacityFull: f"all {usage.capacity.get(flavor, 0)} {flavor} GPUs are in use",
     }[code]
     message = f"waiting for {job.gpus} {flavor} GPU(s) at once; {available} free to it: {words}"
     ahead = tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, _why(usage, h, cq)) for h in holders[:MAX_AHEAD])
@@ -420,15 +423,15 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
                          _estimate(snap, holders, job.gpus - available))
 
 
-def _holders_in_the_way(snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: str) -> list[Holder]:
+def _holders_in_the_way(snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: PendingCode) -> list[Holder]:
     """Whose end would help: its own queue's jobs when its quota is the limit; otherwise the
     jobs of its tree (of the whole flavor when the backend is full), borrowers first."""
     cq = job.cluster_queue
 
     def helps(h: Holder) -> bool:
-        if code == "QuotaExhausted":
+        if code is PendingCode.QuotaExhausted:
             return h.cluster_queue == cq
-        return code == "CapacityFull" or usage.root.get(h.cluster_queue) == usage.root[cq]
+        return code is PendingCode.CapacityFull or usage.root.get(h.cluster_queue) == usage.root[cq]
 
     found = [h for h in snap.holders if h.flavor == flavor and helps(h)]
     borrowed = {q: usage.borrowed(q, flavor) for q in {h.cluster_queue for h in found}}
@@ -462,6 +465,6 @@ def _explain_behind(decision: Decision, behind: list[Workload], head: Workload, 
     head_reason = decision.pending[head.job_id]
     for position, job in enumerate(behind, start=start):
         decision.pending[job.job_id] = PendingReason(
-            "Queued", f"position {position} in queue {job.cluster_queue}, behind {head.job_id} "
+            PendingCode.Queued, f"position {position} in queue {job.cluster_queue}, behind {head.job_id} "
             f"which waits for {head.gpus} GPU(s); it needs {job.gpus}", position, head_reason.flavor, job.gpus,
             head_reason.available, ahead, None)

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import datetime
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from cellscale.runtime.jobdir import JobDir
-from cellscale.spec import AttemptView, CheckpointView, EventView, JobSpec, JobView, PendingView, Phase
+from cellscale.spec import AttemptView, EventView, JobSpec, JobView, PendingView
+from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, ACTIVE_PHASES, EventKind, EventReason, Phase
 from cellscale_hub.lifecycle import check_transition
 from cellscale_hub.store.models import Attempt, Event, Job, utcnow
-
-ACTIVE_ATTEMPT_STATES = ("SUBMITTING", "STARTING", "RUNNING", "UNKNOWN")
 
 
 class IdempotencyConflict(ValueError):
@@ -32,7 +30,7 @@ def insert_job(session: Session, job: Job) -> tuple[Job, bool]:
             with session.begin_nested():
                 session.add(job)
                 session.flush()
-                add_event(session, job, kind="phase", to_phase=job.phase, reason="Submitted", actor=job.owner,
+                add_event(session, job, kind=EventKind.PHASE, to_phase=job.phase, reason=EventReason.Submitted, actor=job.owner,
                           message=f"submitted to queue {job.queue} on backend {job.backend}")
             return job, True
         except IntegrityError:  # a concurrent retry of the same submit won the race
@@ -51,25 +49,25 @@ def find_by_key(session: Session, owner: str, key: str) -> Job | None:
     return session.scalar(select(Job).where(Job.owner == owner, Job.idempotency_key == key))
 
 
-def add_event(session: Session, job: Job, *, kind: str, attempt: int | None = None, from_phase: str | None = None,
-              to_phase: str | None = None, reason: str | None = None, message: str | None = None,
-              actor: str | None = None) -> None:
+def add_event(session: Session, job: Job, *, kind: EventKind, attempt: int | None = None,
+              from_phase: Phase | None = None, to_phase: Phase | None = None, reason: EventReason | None = None,
+              message: str | None = None, actor: str | None = None) -> None:
     session.add(Event(job_id=job.id, kind=kind, attempt=attempt, from_phase=from_phase, to_phase=to_phase,
                       reason=reason, message=message, actor=actor, at=utcnow()))
 
 
-def transition(session: Session, job: Job, target: Phase, reason: str, *, actor: str = "controller",
+def transition(session: Session, job: Job, target: Phase, reason: EventReason, *, actor: str = "controller",
                attempt: int | None = None, message: str | None = None) -> None:
-    current = Phase(job.phase)
+    current = job.phase
     if current is target:
         return
     check_transition(current, target)
-    job.phase, job.reason, job.updated_at = target.value, message or reason, utcnow()
+    job.phase, job.reason, job.updated_at = target, message or reason, utcnow()
     if target is Phase.RUNNING and job.started_at is None:
         job.started_at = job.updated_at
     if target.terminal:
         job.finished_at = job.updated_at
-    add_event(session, job, kind="phase", attempt=attempt, from_phase=current.value, to_phase=target.value,
+    add_event(session, job, kind=EventKind.PHASE, attempt=attempt, from_phase=current, to_phase=target,
               reason=reason, message=message, actor=actor)
 
 
@@ -79,7 +77,7 @@ def active_attempts(session: Session, backend: str) -> list[Attempt]:
 
 
 def has_pending(session: Session) -> bool:
-    return session.scalar(select(Job.id).where(Job.phase == Phase.PENDING.value).limit(1)) is not None
+    return session.scalar(select(Job.id).where(Job.phase == Phase.PENDING).limit(1)) is not None
 
 
 def set_pending(session: Session, job_id: str, pending: dict, reason: str) -> None:
@@ -91,12 +89,12 @@ def preemption_due(session: Session, now: datetime) -> list[Job]:
 
 
 def cancel_requested_active(session: Session) -> list[Job]:
-    active = [p.value for p in Phase if not p.terminal and p is not Phase.PENDING]
-    return list(session.scalars(select(Job).where(Job.cancel_requested.is_(True), Job.phase.in_(active))))
+    query = select(Job).where(Job.cancel_requested.is_(True), Job.phase.in_(ACTIVE_PHASES))
+    return list(session.scalars(query))
 
 
 def list_jobs(session: Session, *, owners: Iterable[str] | None, tenants: Iterable[str] | None,
-              phase: str | None, name: str | None, limit: int, cursor: str | None) -> tuple[list[Job], str | None]:
+              phase: Phase | None, name: str | None, limit: int, cursor: str | None) -> tuple[list[Job], str | None]:
     """Newest first, keyset-paginated. `owners`/`tenants` of None mean no restriction."""
     query = select(Job)
     if owners is not None:
@@ -137,8 +135,8 @@ def job_view(job: Job) -> JobView:
     return JobView(
         id=job.id, name=job.name, owner=job.owner, tenant=job.tenant, queue=job.queue, backend=job.backend,
         cluster_queue=job.cluster_queue, flavor=job.flavor, priority=job.priority, borrowed=job.borrowed,
-        phase=Phase(job.phase), reason=job.reason, spec=JobSpec.model_validate(job.spec),
-        pending=PendingView.model_validate(job.pending) if job.pending and job.phase == Phase.PENDING.value else None,
+        phase=job.phase, reason=job.reason, spec=JobSpec.model_validate(job.spec),
+        pending=PendingView.model_validate(job.pending) if job.pending and job.phase is Phase.PENDING else None,
         preempting=job.preempt_deadline is not None, excluded_nodes=list(job.excluded_nodes or []),
         created_at=job.created_at, updated_at=job.updated_at, started_at=job.started_at,
         finished_at=job.finished_at, cancel_requested=job.cancel_requested,
@@ -154,14 +152,6 @@ def attempt_view(a: Attempt) -> AttemptView:
         end_reason=a.end_reason, last_heartbeat=a.last_heartbeat, last_checkpoint_at=a.last_checkpoint_at,
         fault=a.fault, failed_nodes=list(a.failed_nodes or []), last_step=a.last_step,
     )
-
-
-def checkpoint_views(job_dir: JobDir, attempts: Iterable[int]) -> list[CheckpointView]:
-    return [
-        CheckpointView(attempt=n, step=c["step"], url=c["url"], size_bytes=c["size_bytes"],
-                       committed_at=datetime.fromtimestamp(c["wall_time"], timezone.utc), write_s=c["write_s"])
-        for n in attempts for c in job_dir.read_checkpoints(n)
-    ]
 
 
 def event_view(e: Event) -> EventView:

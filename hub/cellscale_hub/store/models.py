@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from enum import StrEnum
 
 from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
+
+from cellscale.vocabulary import AttemptState, EventKind, EventReason, Fault, Phase
 
 
 def utcnow() -> datetime:
@@ -26,6 +29,25 @@ class UTCDateTime(TypeDecorator):
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=timezone.utc)
         return value
+
+
+class Vocabulary(TypeDecorator):
+    """A column of one of cellscale's vocabularies (cellscale.vocabulary): stored as the
+    value's string, as before the enums existed (no migration), read back as the enum. A
+    value outside the vocabulary is refused on write."""
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, enum: type[StrEnum], length: int):
+        super().__init__(length)
+        self.enum = enum
+
+    def process_bind_param(self, value, dialect):
+        return self.enum(value).value if value is not None else None
+
+    def process_result_value(self, value, dialect):
+        return self.enum(value) if value is not None else None
 
 
 class Base(DeclarativeBase):
@@ -49,7 +71,7 @@ class Job(Base):
     name: Mapped[str] = mapped_column(String(63))
     spec: Mapped[dict] = mapped_column(JSON)
     gpus: Mapped[int] = mapped_column(Integer, default=0)
-    phase: Mapped[str] = mapped_column(String(16), index=True)
+    phase: Mapped[Phase] = mapped_column(Vocabulary(Phase, 16), index=True)
     reason: Mapped[str | None] = mapped_column(Text)
     pending: Mapped[dict | None] = mapped_column(JSON)  # why it waits, structured (PendingView)
     preempt_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)  # warned: cancel at this time
@@ -76,7 +98,7 @@ class Attempt(Base):
     number: Mapped[int] = mapped_column(Integer)
     backend: Mapped[str] = mapped_column(String(63))
     backend_ref: Mapped[str | None] = mapped_column(String(255))
-    state: Mapped[str] = mapped_column(String(16), index=True)
+    state: Mapped[AttemptState] = mapped_column(Vocabulary(AttemptState, 16), index=True)
     gpu_ids: Mapped[list] = mapped_column(JSON, default=list)
     submitted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -85,7 +107,7 @@ class Attempt(Base):
     end_reason: Mapped[str | None] = mapped_column(Text)
     last_heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_checkpoint_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    fault: Mapped[str | None] = mapped_column(String(16))  # faults.Fault, when it did not succeed
+    fault: Mapped[Fault | None] = mapped_column(Vocabulary(Fault, 16))  # when it did not succeed
     failed_nodes: Mapped[list] = mapped_column(JSON, default=list)
     last_step: Mapped[int | None] = mapped_column(Integer)
     last_step_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # when last_step last changed
@@ -102,11 +124,11 @@ class Event(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    kind: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[EventKind] = mapped_column(Vocabulary(EventKind, 32))
     attempt: Mapped[int | None] = mapped_column(Integer)
-    from_phase: Mapped[str | None] = mapped_column(String(16))
-    to_phase: Mapped[str | None] = mapped_column(String(16))
-    reason: Mapped[str | None] = mapped_column(String(64))
+    from_phase: Mapped[Phase | None] = mapped_column(Vocabulary(Phase, 16))
+    to_phase: Mapped[Phase | None] = mapped_column(Vocabulary(Phase, 16))
+    reason: Mapped[EventReason | None] = mapped_column(Vocabulary(EventReason, 64))
     message: Mapped[str | None] = mapped_column(Text)
     actor: Mapped[str | None] = mapped_column(String(255))
 

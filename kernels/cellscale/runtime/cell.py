@@ -6,7 +6,6 @@ sandbox, never in the control plane.
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import sys
@@ -15,7 +14,8 @@ import traceback
 import cloudpickle
 
 from cellscale.runtime.environment import EXIT_PREEMPTED, Preempted
-from cellscale.runtime.jobdir import JobDir, write_atomic
+from cellscale.runtime.jobdir import JobDir
+from cellscale.runtime.records import RankError
 
 
 def load_namespace(job: JobDir, names: list[str]) -> dict[str, object]:
@@ -30,7 +30,7 @@ def save_outputs(job: JobDir, namespace: dict[str, object], names: list[str]) ->
     missing = [name for name in names if name not in namespace]
     if missing:
         raise NameError(f"--outputs names {', '.join(missing)}, which the cell never defined")
-    write_atomic(job.result, cloudpickle.dumps({name: namespace[name] for name in names}))
+    job.write_result(cloudpickle.dumps({name: namespace[name] for name in names}))
 
 
 # What a collective raises on the survivors when a peer rank dies: a consequence of someone
@@ -50,11 +50,10 @@ def record_error(job: JobDir, attempt: int, exc: BaseException) -> None:
     replaces a survivor's report of a lost peer (it says more)."""
     rank = os.environ.get("RANK", "0")
     kind = "peer_lost" if lost_a_peer(exc) else "exception"
-    path = job.attempt_dir(attempt) / "error.json"
     earlier = job.read_error(attempt)
-    if earlier is None or (earlier.get("kind") == "peer_lost" and kind == "exception"):
+    if earlier is None or (earlier.peer_lost and kind == "exception"):
         summary = f"rank {rank}: {type(exc).__name__}: {exc}"
-        write_atomic(path, json.dumps({"rank": int(rank), "summary": summary, "kind": kind}).encode())
+        job.write_error(attempt, RankError(rank=int(rank), summary=summary, kind=kind))
 
 
 def main(argv: list[str]) -> int:

@@ -13,12 +13,12 @@ answers a preemption warning.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
 
-from cellscale.runtime.jobdir import JobDir, write_atomic
+from cellscale.runtime.jobdir import JobDir
+from cellscale.runtime.records import Progress
 
 _last_report = 0.0
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: the rank stopped because of a preemption warning
@@ -52,7 +52,7 @@ class JobEnvironment:
     def preempt_requested(self) -> bool:
         """True once this attempt was warned that it will be stopped (a stat: cheap enough
         to call every step)."""
-        return bool(self.job_dir) and JobDir(self.job_dir).preempt_notice(self.attempt).exists()
+        return bool(self.job_dir) and JobDir(self.job_dir).preempt_requested(self.attempt)
 
     def stop_for_preemption(self) -> None:
         """End this rank after a preemption warning; the job is requeued, not failed."""
@@ -66,7 +66,7 @@ class JobEnvironment:
         if self.rank != 0 or not self.job_dir or now - _last_report < 1.0:
             return
         _last_report = now
-        write_atomic(JobDir(self.job_dir).progress(self.attempt), json.dumps({"step": step, "at": time.time()}).encode())
+        JobDir(self.job_dir).write_progress(self.attempt, Progress(step=step, at=time.time()))
 
     @property
     def resume_from(self) -> str | None:
@@ -74,4 +74,4 @@ class JobEnvironment:
         checkpointer verifies it, and falls back to an older one if it must)."""
         job = JobDir(self.job_dir)
         committed = [c for attempt in range(1, self.attempt) for c in job.read_checkpoints(attempt)]
-        return committed[-1].get("url") if committed else None
+        return committed[-1].url if committed else None

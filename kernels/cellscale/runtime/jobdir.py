@@ -4,7 +4,8 @@ Like submitit's shared folder, each job owns a directory on storage that both th
 plane and every node can read (local disk for the local backend, the cluster's shared
 filesystem for Slurm). The control plane writes the launch plan and the inputs; the
 runtime appends rank-prefixed logs, heartbeats, the exit record and rank 0's outputs.
-Nothing in it is unpickled by the control plane.
+Nothing in it is unpickled by the control plane. `JobDir` is the one owner of its paths and
+formats (records in `cellscale.runtime.records`): every reader and writer goes through it.
 
     <job>/plan.json             LaunchPlan for the current attempt
     <job>/cell.py               the cell's source
@@ -12,59 +13,34 @@ Nothing in it is unpickled by the control plane.
     <job>/output.log            every attempt's rank-prefixed lines, appended
     <job>/result.pkl            rank 0's named outputs
     <job>/attempts/<n>/node<k>/lock     flock held by node k's supervisor while it lives
-    <job>/attempts/<n>/node<k>/started  written by that supervisor once it holds the lock
-    <job>/attempts/<n>/node<k>/heartbeat.json
-    <job>/attempts/<n>/node<k>/exit.json
+    <job>/attempts/<n>/node<k>/started  Started, written by that supervisor once it holds the lock
+    <job>/attempts/<n>/node<k>/heartbeat.json   Heartbeat
+    <job>/attempts/<n>/node<k>/exit.json        ExitRecord
     <job>/attempts/<n>/ranks/<rank>     one empty file per rank that has started the cell
-    <job>/attempts/<n>/error.json       the first failing rank's exception
+    <job>/attempts/<n>/error.json       RankError: the first failing rank's exception
+    <job>/attempts/<n>/progress.json    Progress: rank 0's last reported step
+    <job>/attempts/<n>/preempt-notice   PreemptNotice: warned of preemption
+    <job>/attempts/<n>/checkpoints.jsonl  one Checkpoint per line, as rank 0 commits them
+    <job>/attempts/<n>/resume.json      ResumeReport: what the attempt resumed from
+    <job>/attempts/<n>/ray-done         node 0's Ray cell ended (worker nodes leave)
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
+import shutil
 from pathlib import Path
+from typing import TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ValidationError
 
-from cellscale.spec import Launcher
+from cellscale.runtime.records import (
+    Checkpoint, ExitRecord, Heartbeat, LaunchPlan, PreemptNotice, Progress, RankError, ResumeReport, Started,
+)
 
-
-class LaunchPlan(BaseModel):
-    """What the runtime needs to start one attempt on its nodes."""
-
-    job_id: str
-    attempt: int
-    launcher: Launcher
-    nodes: int
-    gpus_per_node: int
-    procs_per_node: int
-    gpu_ids: list[int] = Field(default_factory=list)
-    outputs: list[str] = Field(default_factory=list)
-    input_names: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float = 3600.0
-    master_addr: str | None = Field(None, description="Address of node 0; None: the first host Slurm allocated.")
-    master_port: int | None = None
-
-    @property
-    def gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-    @property
-    def expected_ranks(self) -> int:
-        """How many rank processes run the cell: one per GPU for torchrun, one per node for plain,
-        one driver for Ray."""
-        if self.launcher is Launcher.ray:
-            return 1
-        return self.nodes * self.procs_per_node
-
-
-class ExitRecord(BaseModel):
-    code: int
-    reason: str
-    message: str | None = None
+R = TypeVar("R", bound=BaseModel)
+CHECKPOINT_TAIL_BYTES = 4096
 
 
 class JobDir:
@@ -84,81 +60,76 @@ class JobDir:
         """Where the supervisor of one node of an attempt keeps its lock, heartbeat and exit record."""
         return self.attempt_dir(attempt) / f"node{node}"
 
+    # -- written by the control plane --------------------------------------------------------
+    def prepare(self, attempt: int, source: str, plan: LaunchPlan, bundle: Path | None) -> None:
+        """Write what an attempt's runtime reads. Re-running it for the same attempt is harmless."""
+        self.attempt_dir(attempt).mkdir(parents=True, exist_ok=True)
+        write_atomic(self.cell, source.encode())
+        if bundle is not None and not self.inputs.exists():
+            shutil.copyfile(bundle, self.inputs)
+        self.write_plan(plan)
+
     def read_plan(self) -> LaunchPlan:
         return LaunchPlan.model_validate_json(self.plan.read_text())
 
     def write_plan(self, plan: LaunchPlan) -> None:
         write_atomic(self.plan, plan.model_dump_json(indent=1).encode())
 
+    # -- written by each node's supervisor ---------------------------------------------------
+    def read_started(self, attempt: int, node: int = 0) -> Started | None:
+        """What the node's supervisor wrote when it took the attempt (pid, host), or None."""
+        return _read(self.node_dir(attempt, node) / "started", Started)
+
+    def write_started(self, attempt: int, node: int, record: Started) -> None:
+        _write(self.node_dir(attempt, node) / "started", record)
+
+    def read_heartbeat(self, attempt: int, node: int = 0) -> Heartbeat | None:
+        return _read(self.node_dir(attempt, node) / "heartbeat.json", Heartbeat)
+
+    def write_heartbeat(self, attempt: int, node: int, beat: Heartbeat) -> None:
+        _write(self.node_dir(attempt, node) / "heartbeat.json", beat)
+
     def read_exit(self, attempt: int, node: int = 0) -> ExitRecord | None:
-        try:
-            return ExitRecord.model_validate_json((self.node_dir(attempt, node) / "exit.json").read_text())
-        except FileNotFoundError:
-            return None
+        return _read(self.node_dir(attempt, node) / "exit.json", ExitRecord)
 
     def write_exit(self, attempt: int, node: int, record: ExitRecord) -> None:
-        write_atomic(self.node_dir(attempt, node) / "exit.json", record.model_dump_json().encode())
+        _write(self.node_dir(attempt, node) / "exit.json", record)
 
-    def read_heartbeat(self, attempt: int, node: int = 0) -> dict | None:
+    def lock_file(self, attempt: int, node: int = 0) -> Path:
+        return self.node_dir(attempt, node) / "lock"
+
+    def supervisor_alive(self, attempt: int, node: int = 0) -> bool:
+        """True while a supervisor holds the node's lock (the kernel drops it on death)."""
         try:
-            return json.loads((self.node_dir(attempt, node) / "heartbeat.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
+            fd = os.open(self.lock_file(attempt, node), os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
 
     def preempt_notice(self, attempt: int) -> Path:
-        """Exists once the attempt was warned of preemption (any node's supervisor writes it)."""
         return self.attempt_dir(attempt) / "preempt-notice"
 
-    def checkpoints_log(self, attempt: int) -> Path:
-        """cellscale.checkpoint's notifier appends one JSON line per committed checkpoint."""
-        return self.attempt_dir(attempt) / "checkpoints.jsonl"
+    def read_preempt_notice(self, attempt: int) -> PreemptNotice | None:
+        return _read(self.preempt_notice(attempt), PreemptNotice)
 
-    def read_checkpoints(self, attempt: int) -> list[dict]:
-        """The checkpoints rank 0 committed in this attempt, oldest first."""
-        return read_jsonl(self.checkpoints_log(attempt))
+    def write_preempt_notice(self, attempt: int, notice: PreemptNotice) -> None:
+        _write(self.preempt_notice(attempt), notice)
 
-    def latest_checkpoint(self, attempt: int) -> dict | None:
-        """The newest committed checkpoint, from the log's tail only: the control plane asks
-        every cycle, and the log grows with the job."""
-        try:
-            with open(self.checkpoints_log(attempt), "rb") as log:
-                log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
-                tail = log.read().decode(errors="replace").splitlines()
-        except OSError:
-            return None
-        for line in reversed(tail):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue  # torn (being written), or cut by the seek
-        return None
+    def preempt_requested(self, attempt: int) -> bool:
+        """The attempt was warned of preemption (a stat: cheap enough for every step)."""
+        return self.preempt_notice(attempt).exists()
 
-    def resume_report(self, attempt: int) -> Path:
-        """What the attempt resumed from (written once by cellscale.checkpoint on rank 0)."""
-        return self.attempt_dir(attempt) / "resume.json"
+    def ray_done(self, attempt: int) -> Path:
+        """Exists once node 0's Ray cell ended: the worker nodes leave the Ray cluster."""
+        return self.attempt_dir(attempt) / "ray-done"
 
-    def read_resume(self, attempt: int) -> dict | None:
-        try:
-            return json.loads(self.resume_report(attempt).read_text())
-        except (OSError, ValueError):
-            return None
-
-    def progress(self, attempt: int) -> Path:
-        """Rank 0's last reported training step (JobEnvironment.report_step)."""
-        return self.attempt_dir(attempt) / "progress.json"
-
-    def read_step(self, attempt: int) -> int | None:
-        try:
-            return json.loads(self.progress(attempt).read_text())["step"]
-        except (OSError, ValueError, KeyError):
-            return None
-
-    def read_error(self, attempt: int) -> dict | None:
-        try:
-            return json.loads((self.attempt_dir(attempt) / "error.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-
+    # -- written by the ranks ------------------------------------------------------------------
     def mark_rank_started(self, attempt: int, rank: int) -> None:
         ranks = self.attempt_dir(attempt) / "ranks"
         ranks.mkdir(exist_ok=True)
@@ -170,42 +141,101 @@ class JobDir:
         except FileNotFoundError:
             return 0
 
-    def started(self, attempt: int, node: int = 0) -> dict | None:
-        """What the node's supervisor wrote when it took the attempt (pid, host), or None."""
-        try:
-            return json.loads((self.node_dir(attempt, node) / "started").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
+    def read_error(self, attempt: int) -> RankError | None:
+        return _read(self.attempt_dir(attempt) / "error.json", RankError)
 
-    def supervisor_alive(self, attempt: int, node: int = 0) -> bool:
-        """True while a supervisor holds the node's lock (the kernel drops it on death)."""
-        lock = self.node_dir(attempt, node) / "lock"
+    def write_error(self, attempt: int, error: RankError) -> None:
+        _write(self.attempt_dir(attempt) / "error.json", error)
+
+    def read_progress(self, attempt: int) -> Progress | None:
+        return _read(self.attempt_dir(attempt) / "progress.json", Progress)
+
+    def write_progress(self, attempt: int, progress: Progress) -> None:
+        _write(self.attempt_dir(attempt) / "progress.json", progress)
+
+    def read_step(self, attempt: int) -> int | None:
+        progress = self.read_progress(attempt)
+        return progress.step if progress else None
+
+    def write_result(self, data: bytes) -> None:
+        write_atomic(self.result, data)
+
+    def has_result(self) -> bool:
+        return self.result.exists()
+
+    # -- written by cellscale.checkpoint on rank 0 ---------------------------------------------
+    def checkpoints_log(self, attempt: int) -> Path:
+        return self.attempt_dir(attempt) / "checkpoints.jsonl"
+
+    def append_checkpoint(self, attempt: int, checkpoint: Checkpoint) -> None:
+        path = self.checkpoints_log(attempt)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = open_log(path)
         try:
-            fd = os.open(lock, os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
+            append_line(fd, b"", checkpoint.model_dump_json(exclude={"verified"}).encode())
         finally:
             os.close(fd)
-        return False
 
-
-def read_jsonl(path: Path) -> list[dict]:
-    """One JSON value per line, oldest first; a torn line (being written) is skipped."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
+    def read_checkpoints(self, attempt: int) -> list[Checkpoint]:
+        """The checkpoints rank 0 committed in this attempt, oldest first."""
         try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+            lines = self.checkpoints_log(attempt).read_bytes().splitlines()
+        except OSError:
+            return []
+        return [c for c in map(_checkpoint_line, lines) if c is not None]
+
+    def latest_checkpoint(self, attempt: int) -> Checkpoint | None:
+        """The newest committed checkpoint, from the log's tail only: the control plane asks
+        every cycle, and the log grows with the job."""
+        try:
+            with open(self.checkpoints_log(attempt), "rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - CHECKPOINT_TAIL_BYTES))
+                tail = log.read().splitlines()
+        except OSError:
+            return None
+        return next((c for c in map(_checkpoint_line, reversed(tail)) if c is not None), None)
+
+    def read_resume(self, attempt: int) -> ResumeReport | None:
+        return _read(self.attempt_dir(attempt) / "resume.json", ResumeReport)
+
+    def write_resume(self, attempt: int, report: ResumeReport) -> None:
+        _write(self.attempt_dir(attempt) / "resume.json", report)
+
+    # -- the combined log -----------------------------------------------------------------------
+    def read_log(self, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        """Whole lines from `offset` (a partial last line waits for its newline, unless one line
+        is longer than `max_bytes`), and the log's size."""
+        try:
+            with open(self.log, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(max_bytes)
+                size = handle.seek(0, os.SEEK_END)
+        except FileNotFoundError:
+            return b"", 0
+        cut = data.rfind(b"\n") + 1
+        if cut == 0 and len(data) < max_bytes:
+            return b"", size
+        return (data[:cut] if cut else data), size
+
+
+def _read(path: Path, record: type[R]) -> R | None:
+    """A record, or None when the file is absent or not (yet) whole."""
+    try:
+        return record.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
+        return None
+
+
+def _write(path: Path, record: BaseModel) -> None:
+    write_atomic(path, record.model_dump_json().encode())
+
+
+def _checkpoint_line(line: bytes) -> Checkpoint | None:
+    """One line of checkpoints.jsonl; a torn line (being written, or cut by a seek) is None."""
+    try:
+        return Checkpoint.model_validate_json(line)
+    except ValidationError:
+        return None
 
 
 def write_atomic(path: Path, data: bytes) -> None:

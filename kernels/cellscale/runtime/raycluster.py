@@ -18,7 +18,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from cellscale.runtime.jobdir import JobDir, LaunchPlan
+from cellscale.runtime.jobdir import JobDir
+from cellscale.runtime.records import LaunchPlan
 from cellscale.spec import Launcher
 
 START_TIMEOUT_SECONDS = 90
@@ -73,7 +74,7 @@ def head_if(plan: LaunchPlan, job: JobDir, node_dir: Path, env: dict[str, str], 
         env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
         yield
     finally:
-        (job.attempt_dir(plan.attempt) / "ray-done").touch()
+        job.ray_done(plan.attempt).touch()
         _stop(head)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
@@ -81,7 +82,7 @@ def head_if(plan: LaunchPlan, job: JobDir, node_dir: Path, env: dict[str, str], 
 def worker(plan: LaunchPlan, job: JobDir, master: str, env: dict[str, str], node_dir: Path, node: int) -> int:
     """Join node 0's Ray head and stay until it says the cell is done; 0 when it ended that way."""
     temp_dir = f"/tmp/csray-{plan.job_id[-8:]}-{plan.attempt}-{node}"
-    done = job.attempt_dir(plan.attempt) / "ray-done"
+    done = job.ray_done(plan.attempt)
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     try:
         while not done.exists():

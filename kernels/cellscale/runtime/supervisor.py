@@ -10,7 +10,6 @@ the exit record that the control plane reads.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 import socket
@@ -21,7 +20,9 @@ import time
 from contextlib import ExitStack, contextmanager
 
 from cellscale.runtime import raycluster
-from cellscale.runtime.jobdir import ExitRecord, JobDir, LaunchPlan, open_log, write_atomic
+from cellscale.runtime.jobdir import JobDir, open_log
+from cellscale.runtime.records import ExitRecord, Heartbeat, LaunchPlan, PreemptNotice, Started
+from cellscale.vocabulary import ExitReason
 from cellscale.runtime.pump import pump_lines
 from cellscale.spec import Launcher
 
@@ -61,17 +62,17 @@ class Supervisor:
         self.dir = job.node_dir(attempt, node)
         self.plan = job.read_plan()
         self.child: subprocess.Popen[bytes] | None = None
-        self.stop_reason: str | None = None
+        self.stop_reason: ExitReason | None = None  # why the supervisor itself stopped the launcher
         self.done = threading.Event()
 
     def run(self) -> int:
         self.dir.mkdir(parents=True, exist_ok=True)
-        lock_fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o640)
+        lock_fd = os.open(self.job.lock_file(self.attempt, self.node), os.O_RDWR | os.O_CREAT, 0o640)
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held until this process ends
-        if self.job.read_exit(self.attempt, self.node) is not None or self.job.started(self.attempt, self.node):
+        if self.job.read_exit(self.attempt, self.node) is not None or self.job.read_started(self.attempt, self.node):
             return 0  # this attempt already ran on this node: never run it twice
         host = socket.gethostname()
-        write_atomic(self.dir / "started", json.dumps({"pid": os.getpid(), "host": host}).encode())
+        self.job.write_started(self.attempt, self.node, Started(pid=os.getpid(), host=host))
         log_fd = open_log(self.job.log)
         where = f"node {self.node} ({host})" if self.plan.nodes > 1 else host
         os.write(log_fd, f"[cellscale] attempt {self.attempt} starting on {where}\n".encode())
@@ -82,9 +83,9 @@ class Supervisor:
         try:
             record = self._launch(log_fd)
         except Exception as exc:  # the launcher could not start: an infrastructure fault
-            record = ExitRecord(code=127, reason="launch_failed", message=f"{type(exc).__name__}: {exc}")
+            record = ExitRecord(code=127, reason=ExitReason.LAUNCH_FAILED, message=f"{type(exc).__name__}: {exc}")
         self.done.set()
-        os.write(log_fd, f"[cellscale] attempt {self.attempt} {where} ended: {record.reason} (exit {record.code})\n".encode())
+        os.write(log_fd, f"[cellscale] attempt {self.attempt} {where} ended: {record.reason.value} (exit {record.code})\n".encode())
         self.job.write_exit(self.attempt, self.node, record)
         return record.code
 
@@ -112,26 +113,26 @@ class Supervisor:
         try:
             code = child.wait(timeout=self.plan.timeout_s)
         except subprocess.TimeoutExpired:
-            self.stop_reason = "timeout"
+            self.stop_reason = ExitReason.TIMEOUT
             self._terminate()
             code = child.wait()
         return self._record(code)
 
     def _record(self, code: int) -> ExitRecord:
-        if self.stop_reason == "timeout":
-            return ExitRecord(code=code, reason="timeout", message=f"ran past its time limit ({self.plan.timeout_s:.0f} s)")
-        if self.stop_reason == "cancelled":
-            return ExitRecord(code=code, reason="cancelled")
+        if self.stop_reason is ExitReason.TIMEOUT:
+            return ExitRecord(code=code, reason=ExitReason.TIMEOUT, message=f"ran past its time limit ({self.plan.timeout_s:.0f} s)")
+        if self.stop_reason is ExitReason.CANCELLED:
+            return ExitRecord(code=code, reason=ExitReason.CANCELLED)
         if code == 0:
-            return ExitRecord(code=0, reason="succeeded")
-        if self.job.preempt_notice(self.attempt).exists():  # torchrun turns a rank's exit code into 1
-            return ExitRecord(code=code, reason="preempted", message="stopped after the preemption warning")
+            return ExitRecord(code=0, reason=ExitReason.SUCCEEDED)
+        if self.job.preempt_requested(self.attempt):  # torchrun turns a rank's exit code into 1
+            return ExitRecord(code=code, reason=ExitReason.PREEMPTED, message="stopped after the preemption warning")
         error = self.job.read_error(self.attempt)
-        if error and error.get("kind") == "peer_lost":
-            return ExitRecord(code=code, reason="failed", message=f"a rank was lost ({error.get('summary')})")
+        if error and error.peer_lost:
+            return ExitRecord(code=code, reason=ExitReason.FAILED, message=f"a rank was lost ({error.summary})")
         if error:
-            return ExitRecord(code=code, reason="user_error", message=error.get("summary"))
-        return ExitRecord(code=code, reason="failed", message=f"a rank exited with status {code}")
+            return ExitRecord(code=code, reason=ExitReason.USER_ERROR, message=error.summary)
+        return ExitRecord(code=code, reason=ExitReason.FAILED, message=f"a rank exited with status {code}")
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -153,13 +154,13 @@ class Supervisor:
         return env
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self.stop_reason = self.stop_reason or "cancelled"
+        self.stop_reason = self.stop_reason or ExitReason.CANCELLED
         threading.Thread(target=self._terminate, daemon=True).start()
 
     def _on_preempt_warning(self, _signum: int, _frame: object) -> None:
         """The backend will stop this attempt after a grace period: tell the ranks (they see
         it through JobEnvironment.preempt_requested()) so they can checkpoint and exit."""
-        write_atomic(self.job.preempt_notice(self.attempt), json.dumps({"at": time.time()}).encode())
+        self.job.write_preempt_notice(self.attempt, PreemptNotice(at=time.time()))
 
     def _terminate(self) -> None:
         child = self.child
@@ -173,10 +174,9 @@ class Supervisor:
 
     def _heartbeat(self) -> None:
         """Every few seconds: alive, with rank 0's last reported step."""
-        path = self.dir / "heartbeat.json"
         while not self.done.is_set():
-            beat = {"at": time.time(), "pid": os.getpid(), "step": self.job.read_step(self.attempt)}
-            write_atomic(path, json.dumps(beat).encode())
+            beat = Heartbeat(at=time.time(), pid=os.getpid(), step=self.job.read_step(self.attempt))
+            self.job.write_heartbeat(self.attempt, self.node, beat)
             self.done.wait(HEARTBEAT_SECONDS)
 
 

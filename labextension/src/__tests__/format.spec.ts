@@ -14,6 +14,10 @@ import {
   pendingWords,
   phaseLabel
 } from '../format';
+import type { components } from '../generated/api';
+
+type PendingView = components['schemas']['PendingView'];
+type EventView = components['schemas']['EventView'];
 
 describe('formatElapsed', () => {
   it.each([
@@ -89,7 +93,7 @@ describe('ages, sizes and GPU-hours', () => {
 
 describe('pendingWords', () => {
   const now = new Date('2025-01-01T10:00:00Z');
-  const pending = {
+  const pending: PendingView = {
     code: 'QuotaExhausted',
     message: 'desk-a uses 2 of its 2 local GPUs and the cohort has none to lend.',
     position: 2,
@@ -107,7 +111,7 @@ describe('pendingWords', () => {
       'It needs 2 GPUs local; 1 is free for it now.',
       'Estimated start: in 5m 00s (if every job ahead runs to its time limit).'
     ]);
-    expect(aheadWords(pending.ahead[0])).toBe('cs-0123456789ab (desk-a): 2 GPUs, next in queue');
+    expect(aheadWords(pending.ahead![0])).toBe('cs-0123456789ab (desk-a): 2 GPUs, next in queue');
   });
 
   it('says when the start is unknown, or next', () => {
@@ -145,7 +149,7 @@ describe('attempts and events', () => {
   });
 
   it('reads an event as a phase move with its reason', () => {
-    const event = {
+    const event: EventView = {
       id: 1,
       job_id: 'cs-0123456789ab',
       at: '2025-01-01T09:58:00Z',
@@ -153,11 +157,11 @@ describe('attempts and events', () => {
       attempt: null,
       from_phase: 'PENDING',
       to_phase: 'ADMITTED',
-      reason: 'Admitted',
+      reason: 'QuotaReserved',
       message: 'on local',
       actor: null
     };
-    expect(eventWords(event)).toBe('PENDING → ADMITTED · Admitted: on local');
+    expect(eventWords(event)).toBe('PENDING → ADMITTED · QuotaReserved: on local');
     expect(eventWords({ ...event, from_phase: null, kind: 'phase', to_phase: 'PENDING', reason: 'Submitted', message: null })).toBe(
       'PENDING · Submitted'
     );

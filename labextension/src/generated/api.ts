@@ -390,7 +390,7 @@ export interface components {
         };
         /**
          * AttemptState
-         * @description What the backend says about one submission. UNKNOWN means it did not answer.
+         * @description What the backend says about one submission of a job.
          * @enum {string}
          */
         AttemptState: "SUBMITTING" | "STARTING" | "RUNNING" | "SUCCEEDED" | "FAILED" | "CANCELLED" | "LOST" | "UNKNOWN";
@@ -419,11 +419,8 @@ export interface components {
             last_heartbeat: string | null;
             /** Last Checkpoint At */
             last_checkpoint_at?: string | null;
-            /**
-             * Fault
-             * @description user_error | infrastructure | timeout | preemption
-             */
-            fault?: string | null;
+            /** @description Why it did not succeed, as a class with its own retry budget. */
+            fault?: components["schemas"]["Fault"] | null;
             /**
              * Failed Nodes
              * @description Nodes blamed for this attempt's end.
@@ -507,6 +504,18 @@ export interface components {
              */
             write_s: number;
         };
+        /**
+         * EventKind
+         * @description What a row of a job's event log records.
+         * @enum {string}
+         */
+        EventKind: "phase" | "attempt" | "preemption" | "checkpoint" | "cancel";
+        /**
+         * EventReason
+         * @description Why an event happened: the condition reasons of a job's timeline.
+         * @enum {string}
+         */
+        EventReason: "Submitted" | "QuotaReserved" | "Starting" | "Running" | "Finished" | "Succeeded" | "Failed" | "Cancelled" | "Lost" | "AttemptLost" | "CancelRequested" | "BackendUnknown" | "Preempting" | "Preempted" | "Retrying" | "Requeued" | "Resumed" | "ResumedWithFallback";
         /** EventView */
         EventView: {
             /** Id */
@@ -518,21 +527,23 @@ export interface components {
              * Format: date-time
              */
             at: string;
-            /** Kind */
-            kind: string;
+            kind: components["schemas"]["EventKind"];
             /** Attempt */
             attempt: number | null;
-            /** From Phase */
-            from_phase: string | null;
-            /** To Phase */
-            to_phase: string | null;
-            /** Reason */
-            reason: string | null;
+            from_phase: components["schemas"]["Phase"] | null;
+            to_phase: components["schemas"]["Phase"] | null;
+            reason: components["schemas"]["EventReason"] | null;
             /** Message */
             message: string | null;
             /** Actor */
             actor: string | null;
         };
+        /**
+         * Fault
+         * @description Why an attempt that did not succeed ended, as a class with its own retry budget.
+         * @enum {string}
+         */
+        Fault: "user_error" | "infrastructure" | "timeout" | "preemption";
         /** FlavorCapacity */
         FlavorCapacity: {
             /** Flavor */
@@ -772,15 +783,17 @@ export interface components {
             flagged: boolean;
         };
         /**
+         * PendingCode
+         * @description Why a PENDING job was not admitted in the last scheduling cycle.
+         * @enum {string}
+         */
+        PendingCode: "Queued" | "QuotaExhausted" | "PoolLent" | "CapacityFull" | "HeldForAhead" | "Preempting" | "NeverFits" | "NoFlavor";
+        /**
          * PendingView
          * @description Why a job waits: structured, and in plain words.
          */
         PendingView: {
-            /**
-             * Code
-             * @description Queued | QuotaExhausted | PoolLent | CapacityFull | Preempting | NeverFits | NoFlavor
-             */
-            code: string;
+            code: components["schemas"]["PendingCode"];
             /** Message */
             message: string;
             /**

@@ -1,5 +1,6 @@
-"""From the store to admission and back: the snapshot one scheduling cycle decides on, and
-the quota usage desks and admins see."""
+"""The store as admission and reports see it: the snapshot one scheduling cycle decides on
+(columns only, so a queue of 100k jobs stays cheap to read), the quota usage desks and
+admins see, and a pending reason as the wire shows it."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from cellscale.spec import AheadView, FlavorUsage, PendingView, Phase, QueueUsage
+from cellscale.spec import AheadView, FlavorUsage, PendingView, QueueUsage
+from cellscale.vocabulary import QUOTA_HOLDING_PHASES, Fault, Phase
 from cellscale_hub.scheduling.admission import Holder, PendingReason, Snapshot, Workload
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.store.models import Attempt, Job
 from cellscale_hub.tenancy import Tenancy
 
-HOLDING_PHASES = (Phase.ADMITTED.value, Phase.STARTING.value, Phase.RUNNING.value)
 HISTORY_HALF_LIVES = 8  # older use weighs under 0.4%: not worth reading
 
 
@@ -29,7 +30,8 @@ def snapshot(session: Session, tenancy: Tenancy, capacity: dict[str, int], now: 
 def pending_workloads(session: Session, tenancy: Tenancy) -> list[Workload]:
     """Columns only (no ORM objects, no spec): a queue of 100k jobs stays cheap to read. A
     job may use its queue's flavors on the backend its spec was shaped for."""
-    query = select(Job.id, Job.cluster_queue, Job.gpus, Job.priority, Job.created_at, Job.backend, Job.tenant).where(Job.phase == Phase.PENDING.value, Job.cancel_requested.is_(False))
+    query = (select(Job.id, Job.cluster_queue, Job.gpus, Job.priority, Job.created_at, Job.backend, Job.tenant)
+             .where(Job.phase == Phase.PENDING, Job.cancel_requested.is_(False)))
     out = []
     for row in session.execute(query):
         if row.cluster_queue not in tenancy.cluster_queues:
@@ -41,7 +43,7 @@ def pending_workloads(session: Session, tenancy: Tenancy) -> list[Workload]:
 
 
 def holders(session: Session) -> list[Holder]:
-    query = select(Job).where(Job.phase.in_(HOLDING_PHASES), Job.flavor.is_not(None))
+    query = select(Job).where(Job.phase.in_(QUOTA_HOLDING_PHASES), Job.flavor.is_not(None))
     return [holder_of(job) for job in session.scalars(query)]
 
 
@@ -75,7 +77,7 @@ def history(session: Session, now: datetime, half_life_s: float) -> dict[str, fl
 def node_faults(session: Session, since: datetime) -> dict[str, list[tuple[str, datetime]]]:
     """node -> (job, when) for each infrastructure fault that blamed it since `since`."""
     query = (select(Attempt.job_id, Attempt.failed_nodes, Attempt.ended_at)
-             .where(Attempt.fault == "infrastructure", Attempt.ended_at > since))
+             .where(Attempt.fault == Fault.INFRASTRUCTURE, Attempt.ended_at > since))
     found: dict[str, list[tuple[str, datetime]]] = defaultdict(list)
     for job_id, nodes, ended in session.execute(query):
         for node in nodes or []:
@@ -99,7 +101,7 @@ def queue_usage(session: Session, tenancy: Tenancy, now: datetime, half_life_s: 
     for h in holders(session):
         held[h.cluster_queue, h.flavor] += h.gpus
     waiting: dict[str, list[int]] = defaultdict(list)
-    for cq, gpus in session.execute(select(Job.cluster_queue, Job.gpus).where(Job.phase == Phase.PENDING.value)):
+    for cq, gpus in session.execute(select(Job.cluster_queue, Job.gpus).where(Job.phase == Phase.PENDING)):
         waiting[cq].append(gpus)
     recent, hours = history(session, now, half_life_s), gpu_hours(session, now)
     out = []

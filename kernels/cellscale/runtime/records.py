@@ -1,0 +1,116 @@
+"""The files of a job directory, as typed records: what the control plane writes for a job's
+runtime and what the runtime writes back. `JobDir` reads and writes each of them; nothing
+else parses these files. Light imports only (no torch): the control plane reads them too.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from cellscale.vocabulary import ExitReason, Launcher
+
+
+class LaunchPlan(BaseModel):
+    """plan.json: what the runtime needs to start one attempt on its nodes."""
+
+    job_id: str
+    attempt: int
+    launcher: Launcher
+    nodes: int
+    gpus_per_node: int
+    procs_per_node: int
+    gpu_ids: list[int] = Field(default_factory=list)
+    outputs: list[str] = Field(default_factory=list)
+    input_names: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = 3600.0
+    master_addr: str | None = Field(None, description="Address of node 0; None: the first host Slurm allocated.")
+    master_port: int | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def expected_ranks(self) -> int:
+        """How many rank processes run the cell: one per GPU for torchrun, one per node for plain,
+        one driver for Ray."""
+        if self.launcher is Launcher.ray:
+            return 1
+        return self.nodes * self.procs_per_node
+
+
+class Started(BaseModel):
+    """node<k>/started: written once by the node's supervisor when it takes the attempt."""
+
+    pid: int
+    host: str
+
+
+class Heartbeat(BaseModel):
+    """node<k>/heartbeat.json: rewritten every few seconds while the supervisor lives."""
+
+    at: float = Field(description="Unix seconds.")
+    pid: int
+    step: int | None = Field(None, description="Rank 0's last reported training step.")
+
+
+class Progress(BaseModel):
+    """progress.json: rank 0's last reported training step (JobEnvironment.report_step)."""
+
+    step: int
+    at: float
+
+
+class PreemptNotice(BaseModel):
+    """preempt-notice: the attempt was warned that it will be stopped (its existence is the signal)."""
+
+    at: float
+
+
+class ExitRecord(BaseModel):
+    """node<k>/exit.json: how the node's part of the attempt ended."""
+
+    code: int
+    reason: ExitReason
+    message: str | None = None
+
+
+class RankError(BaseModel):
+    """error.json: the first failing rank's exception (a cell error replaces a lost peer's)."""
+
+    rank: int
+    summary: str
+    kind: str = Field(description="exception | peer_lost (a collective saw another rank die).")
+
+    @property
+    def peer_lost(self) -> bool:
+        return self.kind == "peer_lost"
+
+
+class Checkpoint(BaseModel):
+    """One committed checkpoint: a line of checkpoints.jsonl, and what Checkpointer.list() shows."""
+
+    step: int
+    url: str
+    size_bytes: int
+    wall_time: float = Field(description="When it was committed, Unix seconds.")
+    write_s: float = Field(description="From the save() call to the commit.")
+    verified: bool | None = None  # None: not checked (never written to the job directory)
+
+
+class Skipped(BaseModel):
+    """A committed checkpoint that failed verification, and why."""
+
+    step: int
+    url: str
+    reason: str
+
+
+class ResumeReport(BaseModel):
+    """resume.json: the checkpoint an attempt resumed from, and the newer ones it passed over."""
+
+    step: int
+    url: str
+    at: float
+    skipped: list[Skipped] = Field(default_factory=list)
