@@ -18,7 +18,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -50,7 +50,10 @@ def _start_direct(home: Path, args: list[str]) -> ControlPlane:
     with open(data_dir / "control-plane.log", "ab") as log:
         child = subprocess.Popen(
             [PYTHON, "-m", "cellscale_hub", "--personal", "--data-dir", str(data_dir), *args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -179,7 +182,7 @@ def print_table(headers: list[str], rows: list[list[object]]) -> None:
     cells = [[_fmt(c) for c in row] for row in [headers, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
         if n == 0:
             print("  ".join("-" * w for w in widths))
 
@@ -192,8 +195,10 @@ def scheduling_digest() -> dict[str, str]:
     """The scheduling code a benchmark measured (it may be uncommitted): the first 12 hex
     digits of each file's sha256."""
     here = REPO / "hub" / "cellscale_hub"
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:12]
-            for p in (here / "scheduling" / "admission.py", here / "scheduling" / "fairshare.py", here / "tenancy.py")}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:12]
+        for p in (here / "scheduling" / "admission.py", here / "scheduling" / "fairshare.py", here / "tenancy.py")
+    }
 
 
 def write_results(name: str, quick: bool, data: dict) -> Path:
@@ -202,7 +207,7 @@ def write_results(name: str, quick: bool, data: dict) -> Path:
     meta = {
         "benchmark": name,
         "quick": quick,
-        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "commit": _git_commit(),
     }
@@ -213,7 +218,8 @@ def write_results(name: str, quick: bool, data: dict) -> Path:
 
 def _git_commit() -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import math
 import random
 import time
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
 from _common import median, percentile, print_table, ratio, scheduling_digest, write_results
 
@@ -64,7 +64,7 @@ def largest_remainder(total: int, weights: list[float], floor: int = 0) -> list[
     rest = total - floor * len(weights)
     exact = [rest * w / sum(weights) for w in weights]
     out = [math.floor(x) for x in exact]
-    for i in sorted(range(len(weights)), key=lambda i: out[i] - exact[i])[:rest - sum(out)]:
+    for i in sorted(range(len(weights)), key=lambda i: out[i] - exact[i])[: rest - sum(out)]:
         out[i] += 1
     return [floor + x for x in out]
 
@@ -77,7 +77,7 @@ def firm_tenancy(rng: random.Random) -> Tenancy:
     names = desk_names()
     nominal = largest_remainder(FLEET, [rng.lognormvariate(0, 0.8) for _ in names], floor=2)
     cqs = {}
-    for i, (name, n) in enumerate(zip(names, nominal)):
+    for i, (name, n) in enumerate(zip(names, nominal, strict=True)):
         quota: dict = {"nominal": n}
         if i % 4 == 0:
             quota["lending_limit"] = n // 2
@@ -85,14 +85,20 @@ def firm_tenancy(rng: random.Random) -> Tenancy:
             quota["borrowing_limit"] = 64
         cqs[name] = {"cohort": name.split("-")[0], "weight": n, "quotas": {FLAVOR: quota}}
     division_weight = Counter()
-    for name, n in zip(names, nominal):
+    for name, n in zip(names, nominal, strict=True):
         division_weight[name.split("-")[0]] += n
-    cohorts = {"firm": {}, **{f"div{d}": {"parent": "firm", "weight": division_weight[f"div{d}"]}
-                              for d in range(DIVISIONS)}}
-    return Tenancy.model_validate({
-        "flavors": {FLAVOR: {"backend": "slurm"}}, "cohorts": cohorts, "cluster_queues": cqs,
-        "tenants": {name: {"queues": {"default": {"cluster_queue": name}}} for name in names},
-    })
+    cohorts = {
+        "firm": {},
+        **{f"div{d}": {"parent": "firm", "weight": division_weight[f"div{d}"]} for d in range(DIVISIONS)},
+    }
+    return Tenancy.model_validate(
+        {
+            "flavors": {FLAVOR: {"backend": "slurm"}},
+            "cohorts": cohorts,
+            "cluster_queues": cqs,
+            "tenants": {name: {"queues": {"default": {"cluster_queue": name}}} for name in names},
+        }
+    )
 
 
 def fifo_tenancy() -> Tenancy:
@@ -108,8 +114,9 @@ def jobs(rng: random.Random, n: int, activity: list[float], start: float, end: f
     out = []
     for i in range(n):
         cq = rng.choices(names, activity)[0]
-        out.append(Workload(f"{prefix}{i:06d}", cq, pick(rng, SIZES), pick(rng, PRIORITIES),
-                            rng.uniform(start, end), None, cq))
+        out.append(
+            Workload(f"{prefix}{i:06d}", cq, pick(rng, SIZES), pick(rng, PRIORITIES), rng.uniform(start, end), None, cq)
+        )
     return out
 
 
@@ -126,8 +133,9 @@ def holders_and_history(rng: random.Random, t: Tenancy, activity: list[float]) -
         marks = int((NOW - started) // CHECKPOINT)
         ckpt = started + marks * CHECKPOINT if marks else None
         ends_by = started + rng.choice([4, 8, 24, 48]) * 3600 if rng.random() < 2 / 3 else None
-        holders.append(Holder(w.job_id, w.cluster_queue, a.flavor, w.gpus, w.priority, started, ckpt,
-                              ends_by, False, w.tenant))
+        holders.append(
+            Holder(w.job_id, w.cluster_queue, a.flavor, w.gpus, w.priority, started, ckpt, ends_by, False, w.tenant)
+        )
     rng.shuffle(holders)
     while sum(h.gpus for h in holders) > FLEET * (1 - FREE_FRACTION):
         holders.pop()
@@ -136,8 +144,9 @@ def holders_and_history(rng: random.Random, t: Tenancy, activity: list[float]) -
         decayed[h.cluster_queue] += decayed_gpu_seconds(h.gpus, h.started, NOW, NOW, HALF_LIFE)
     for w in jobs(rng, 3000, activity, NOW - DAY, NOW, "past-"):
         start = w.submitted
-        decayed[w.cluster_queue] += decayed_gpu_seconds(w.gpus, start, min(NOW, start + rng.expovariate(1 / 3600)),
-                                                        NOW, HALF_LIFE)
+        decayed[w.cluster_queue] += decayed_gpu_seconds(
+            w.gpus, start, min(NOW, start + rng.expovariate(1 / 3600)), NOW, HALF_LIFE
+        )
     return holders, {cq: average_gpus(d, HALF_LIFE) for cq, d in decayed.items()}
 
 
@@ -150,8 +159,14 @@ def snapshots(n: int, seed: int = 7) -> tuple[Snapshot, Snapshot]:
     holders, history = holders_and_history(rng, t, activity)
     pending = jobs(rng, n, activity, NOW - DAY, NOW, "job-")
     ours = Snapshot(t, {FLAVOR: FLEET}, tuple(holders), tuple(pending), history, NOW)
-    fifo = Snapshot(fifo_tenancy(), {FLAVOR: FLEET}, tuple(replace(h, cluster_queue="fleet") for h in holders),
-                    tuple(replace(w, cluster_queue="fleet") for w in pending), {}, NOW)
+    fifo = Snapshot(
+        fifo_tenancy(),
+        {FLAVOR: FLEET},
+        tuple(replace(h, cluster_queue="fleet") for h in holders),
+        tuple(replace(w, cluster_queue="fleet") for w in pending),
+        {},
+        NOW,
+    )
     return ours, fifo
 
 
@@ -166,11 +181,17 @@ def measure(snap: Snapshot, reps: int) -> dict:
     assert decisions == len(snap.pending), "every pending job is admitted or given a reason"
     cycle = median(times)
     return {
-        "pending": len(snap.pending), "holders": len(snap.holders), "held_gpus": sum(h.gpus for h in snap.holders),
-        "reps": reps, "cycle_median_s": cycle, "cycle_p95_s": percentile(times, 95), "cycle_min_s": min(times),
-        "decisions": decisions, "decisions_per_s": decisions / cycle,
-        "admitted": len(decision.admit), "admitted_gpus": sum(
-            w.gpus for w in snap.pending if w.job_id in {a.job_id for a in decision.admit}),
+        "pending": len(snap.pending),
+        "holders": len(snap.holders),
+        "held_gpus": sum(h.gpus for h in snap.holders),
+        "reps": reps,
+        "cycle_median_s": cycle,
+        "cycle_p95_s": percentile(times, 95),
+        "cycle_min_s": min(times),
+        "decisions": decisions,
+        "decisions_per_s": decisions / cycle,
+        "admitted": len(decision.admit),
+        "admitted_gpus": sum(w.gpus for w in snap.pending if w.job_id in {a.job_id for a in decision.admit}),
         "preempted": len(decision.preempt),
         "reasons": dict(sorted(Counter(r.code for r in decision.pending.values()).items())),
     }
@@ -196,33 +217,75 @@ def main() -> None:
     rows = []
     for n in sizes:
         o, f = results["cellscale"][str(n)], results["fifo"][str(n)]
-        rows.append([f"{n:,}", o["cycle_median_s"], o["cycle_p95_s"], f"{o['decisions_per_s']:,.0f}",
-                     o["admitted"], o["preempted"], f["cycle_median_s"], f["cycle_p95_s"],
-                     f"{f['decisions_per_s']:,.0f}", f["admitted"], ratio(o["cycle_median_s"], f["cycle_median_s"])])
+        rows.append(
+            [
+                f"{n:,}",
+                o["cycle_median_s"],
+                o["cycle_p95_s"],
+                f"{o['decisions_per_s']:,.0f}",
+                o["admitted"],
+                o["preempted"],
+                f["cycle_median_s"],
+                f["cycle_p95_s"],
+                f"{f['decisions_per_s']:,.0f}",
+                f["admitted"],
+                ratio(o["cycle_median_s"], f["cycle_median_s"]),
+            ]
+        )
     print("\nOne schedule() cycle, seconds (median / p95); decisions/s = (admitted + reasons) / median")
-    print_table(["pending", "ours med", "ours p95", "ours dec/s", "ours adm", "ours pre",
-                 "fifo med", "fifo p95", "fifo dec/s", "fifo adm", "ours/fifo"], rows)
+    print_table(
+        [
+            "pending",
+            "ours med",
+            "ours p95",
+            "ours dec/s",
+            "ours adm",
+            "ours pre",
+            "fifo med",
+            "fifo p95",
+            "fifo dec/s",
+            "fifo adm",
+            "ours/fifo",
+        ],
+        rows,
+    )
 
     scaling = {}
     for policy in ("cellscale", "fifo"):
-        for small, big in zip(sizes, sizes[1:]):
-            scaling.setdefault(policy, {})[f"{big}/{small}"] = ratio(results[policy][str(big)]["cycle_median_s"],
-                                                                      results[policy][str(small)]["cycle_median_s"])
+        for small, big in itertools.pairwise(sizes):
+            scaling.setdefault(policy, {})[f"{big}/{small}"] = ratio(
+                results[policy][str(big)]["cycle_median_s"], results[policy][str(small)]["cycle_median_s"]
+            )
     if scaling:
         print("\nCycle cost scaling (median ratio; linear would be the size ratio)")
         print_table(["policy", *scaling["cellscale"]], [[p, *scaling[p].values()] for p in scaling])
-    ratios = {str(n): ratio(results["cellscale"][str(n)]["cycle_median_s"], results["fifo"][str(n)]["cycle_median_s"])
-              for n in sizes}
+    ratios = {
+        str(n): ratio(results["cellscale"][str(n)]["cycle_median_s"], results["fifo"][str(n)]["cycle_median_s"])
+        for n in sizes
+    }
     wall = time.perf_counter() - t_start
     print(f"\nwall time {wall:.0f} s")
-    write_results("admission", args.quick, {
-        "workload": {"fleet_gpus": FLEET, "cluster_queues": DIVISIONS * DESKS,
-                     "tree": "firm -> 10 divisions -> 10 desks",
-                     "sizes": dict(SIZES), "priorities": dict(PRIORITIES), "free_fraction": FREE_FRACTION,
-                     "half_life_s": HALF_LIFE, "seed": 7},
-        "scheduling_source_sha256": scheduling_digest(),
-        "results": results, "ratio_cellscale_fifo_cycle": ratios, "scaling": scaling, "wall_s": wall,
-    })
+    write_results(
+        "admission",
+        args.quick,
+        {
+            "workload": {
+                "fleet_gpus": FLEET,
+                "cluster_queues": DIVISIONS * DESKS,
+                "tree": "firm -> 10 divisions -> 10 desks",
+                "sizes": dict(SIZES),
+                "priorities": dict(PRIORITIES),
+                "free_fraction": FREE_FRACTION,
+                "half_life_s": HALF_LIFE,
+                "seed": 7,
+            },
+            "scheduling_source_sha256": scheduling_digest(),
+            "results": results,
+            "ratio_cellscale_fifo_cycle": ratios,
+            "scaling": scaling,
+            "wall_s": wall,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -108,8 +108,9 @@ def run(work: Path, mb: int, reps: int) -> dict:
     print(f"state {nbytes / 1e6:.0f} MB in {len(state)} tensors; disk under {work} ({reps} reps)")
     steps = itertools.count()
     timed_save(ckpt, next(steps), state, async_=False)  # warm-up: first DCP call, first files
-    times: dict[str, list[float]] = {k: [] for k in ("sync_block", "sync_commit", "async_block", "async_commit",
-                                                      "dcp", "dd")}
+    times: dict[str, list[float]] = {
+        k: [] for k in ("sync_block", "sync_commit", "async_block", "async_commit", "dcp", "dd")
+    }
     modes: set[str] = set()
     for rep in range(reps):
         order = (False, True) if rep % 2 == 0 else (True, False)  # alternate which save goes first
@@ -126,13 +127,22 @@ def run(work: Path, mb: int, reps: int) -> dict:
 
 
 def analyse(times: dict[str, list[float]], nbytes: int, mb: int, modes: set[str], reps: int, work: Path) -> dict:
-    persist = {"sync": summary(times["sync_commit"], nbytes), "async": summary(times["async_commit"], nbytes),
-               "plain_dcp": summary(times["dcp"], nbytes), "raw_dd": summary(times["dd"], mb * 2**20)}
+    persist = {
+        "sync": summary(times["sync_commit"], nbytes),
+        "async": summary(times["async_commit"], nbytes),
+        "plain_dcp": summary(times["dcp"], nbytes),
+        "raw_dd": summary(times["dd"], mb * 2**20),
+    }
     raw = persist["raw_dd"]["mb_per_s"]
     return {
-        "state_bytes": nbytes, "reps": reps, "disk": str(work.parent), "dd_mode": " / ".join(sorted(modes)),
-        "blocking_s": {kind: {"seconds": times[f"{kind}_block"], "median_s": median(times[f"{kind}_block"])}
-                       for kind in ("sync", "async")},
+        "state_bytes": nbytes,
+        "reps": reps,
+        "disk": str(work.parent),
+        "dd_mode": " / ".join(sorted(modes)),
+        "blocking_s": {
+            kind: {"seconds": times[f"{kind}_block"], "median_s": median(times[f"{kind}_block"])}
+            for kind in ("sync", "async")
+        },
         "ratio_async_sync_blocking": ratio(median(times["async_block"]), median(times["sync_block"])),
         "persist": persist,
         "persist_fraction_of_raw": {kind: ratio(p["mb_per_s"], raw) for kind, p in persist.items() if kind != "raw_dd"},
@@ -142,15 +152,26 @@ def analyse(times: dict[str, list[float]], nbytes: int, mb: int, modes: set[str]
 def report(results: dict) -> None:
     blocking, persist, fraction = results["blocking_s"], results["persist"], results["persist_fraction_of_raw"]
     print(f"\n(a) time save() blocks the caller, median of {results['reps']} (s)")
-    print_table(["save", "blocking_s"], [[kind, blocking[kind]["median_s"]] for kind in ("sync", "async")]
-                + [["async/sync", results["ratio_async_sync_blocking"]]])
+    print_table(
+        ["save", "blocking_s"],
+        [[kind, blocking[kind]["median_s"]] for kind in ("sync", "async")]
+        + [["async/sync", results["ratio_async_sync_blocking"]]],
+    )
     print(f"\n(b) persist bandwidth until committed, against raw dd ({results['dd_mode']})")
-    print_table(["path", "seconds", "MB/s", "fraction of dd"], [
-        ["cellscale sync", persist["sync"]["median_s"], persist["sync"]["mb_per_s"], fraction["sync"]],
-        ["cellscale async", persist["async"]["median_s"], persist["async"]["mb_per_s"], fraction["async"]],
-        ["plain dcp.save", persist["plain_dcp"]["median_s"], persist["plain_dcp"]["mb_per_s"], fraction["plain_dcp"]],
-        ["dd (raw disk)", persist["raw_dd"]["median_s"], persist["raw_dd"]["mb_per_s"], 1.0],
-    ])
+    print_table(
+        ["path", "seconds", "MB/s", "fraction of dd"],
+        [
+            ["cellscale sync", persist["sync"]["median_s"], persist["sync"]["mb_per_s"], fraction["sync"]],
+            ["cellscale async", persist["async"]["median_s"], persist["async"]["mb_per_s"], fraction["async"]],
+            [
+                "plain dcp.save",
+                persist["plain_dcp"]["median_s"],
+                persist["plain_dcp"]["mb_per_s"],
+                fraction["plain_dcp"],
+            ],
+            ["dd (raw disk)", persist["raw_dd"]["median_s"], persist["raw_dd"]["mb_per_s"], 1.0],
+        ],
+    )
 
 
 if __name__ == "__main__":

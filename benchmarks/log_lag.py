@@ -63,8 +63,12 @@ def poll(client: Client, job_id: str, out: dict[int, float]) -> None:
 
 def stats(lags: dict[int, float]) -> dict:
     values = list(lags.values())
-    return {"lines": len(values), "mean": sum(values) / len(values) if values else float("nan"),
-            **{f"p{p}": percentile(values, p) for p in (50, 95, 99)}, "max": max(values, default=float("nan"))}
+    return {
+        "lines": len(values),
+        "mean": sum(values) / len(values) if values else float("nan"),
+        **{f"p{p}": percentile(values, p) for p in (50, 95, 99)},
+        "max": max(values, default=float("nan")),
+    }
 
 
 def main() -> None:
@@ -79,8 +83,12 @@ def main() -> None:
     results: dict[str, dict[int, float]] = {"follow": {}, "poll": {}}
     with control_plane() as cp:
         submitter = Client(cp.url, cp.token)
-        spec = JobSpec(name="bench-log-lag", launcher=Launcher.plain, resources=Resources(gpus_per_node=0),
-                       source=cell(args.rate, seconds))
+        spec = JobSpec(
+            name="bench-log-lag",
+            launcher=Launcher.plain,
+            resources=Resources(gpus_per_node=0),
+            source=cell(args.rate, seconds),
+        )
         job = submitter.submit(spec)
         print(f"control plane {cp.url} (pid {cp.pid}); job {job.id}: {expected} lines at {args.rate:g}/s")
         readers = []
@@ -101,17 +109,30 @@ def main() -> None:
             print(f"warning: {name} saw {len(lags)} of {expected} lines")
 
     summary = {name: stats(lags) for name, lags in results.items()}
-    summary["ratio_follow_poll"] = {k: ratio(summary["follow"][k], summary["poll"][k])
-                                    for k in ("mean", "p50", "p95", "p99", "max")}
+    summary["ratio_follow_poll"] = {
+        k: ratio(summary["follow"][k], summary["poll"][k]) for k in ("mean", "p50", "p95", "p99", "max")
+    }
     print(f"\nlog line lag, seconds ({expected} lines at {args.rate:g}/s; poll every {POLL_SECONDS:g}s)")
     print_table(
         ["reader", "lines", "mean", "p50", "p95", "p99", "max"],
-        [[name, s["lines"], s["mean"], s["p50"], s["p95"], s["p99"], s["max"]]
-         for name, s in summary.items() if name != "ratio_follow_poll"]
+        [
+            [name, s["lines"], s["mean"], s["p50"], s["p95"], s["p99"], s["max"]]
+            for name, s in summary.items()
+            if name != "ratio_follow_poll"
+        ]
         + [["follow/poll", "", *(summary["ratio_follow_poll"][k] for k in ("mean", "p50", "p95", "p99", "max"))]],
     )
-    write_results("log_lag", args.quick, {"rate_per_s": args.rate, "seconds": seconds, "expected_lines": expected,
-                                          "poll_seconds": POLL_SECONDS, "summary": summary})
+    write_results(
+        "log_lag",
+        args.quick,
+        {
+            "rate_per_s": args.rate,
+            "seconds": seconds,
+            "expected_lines": expected,
+            "poll_seconds": POLL_SECONDS,
+            "summary": summary,
+        },
+    )
 
 
 if __name__ == "__main__":

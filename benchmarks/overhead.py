@@ -46,8 +46,9 @@ dist.destroy_process_group()
 
 
 def run_ours(client: Client) -> dict:
-    spec = JobSpec(name="bench-overhead", launcher=Launcher.torchrun, resources=Resources(nodes=1, gpus_per_node=2),
-                   source=CELL)
+    spec = JobSpec(
+        name="bench-overhead", launcher=Launcher.torchrun, resources=Resources(nodes=1, gpus_per_node=2), source=CELL
+    )
     t0 = time.monotonic()
     job = client.submit(spec)
     first = None
@@ -68,8 +69,9 @@ def run_raw(script: Path) -> dict:
     argv = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2", str(script)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     t0 = time.monotonic()
-    child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    child = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     first, output = None, []
     for line in child.stdout:
         output.append(line)
@@ -102,8 +104,10 @@ def main() -> None:
             for kind, out in order:
                 out.append(run_raw(script) if kind == "raw" else run_ours(client))
             o, r = ours[-1], raw[-1]
-            print(f"rep {rep + 1}/{reps}: ours first={o['first_rank_line_s']:.2f}s total={o['total_s']:.2f}s"
-                  f" | raw first={r['first_rank_line_s']:.2f}s total={r['total_s']:.2f}s")
+            print(
+                f"rep {rep + 1}/{reps}: ours first={o['first_rank_line_s']:.2f}s total={o['total_s']:.2f}s"
+                f" | raw first={r['first_rank_line_s']:.2f}s total={r['total_s']:.2f}s"
+            )
         client.close()
 
     summary = {}
@@ -115,12 +119,16 @@ def main() -> None:
     print(f"\n2-rank torchrun gloo DDP ({STEPS} steps), median of {reps}")
     print_table(
         ["metric", "cellscale s", "raw torchrun s", "ours/raw", "added s"],
-        [[m, s["ours_median"], s["raw_median"], s["ratio_ours_raw"], s["added_s"]]
-         for m, s in summary.items() if "raw_median" in s],
+        [
+            [m, s["ours_median"], s["raw_median"], s["ratio_ours_raw"], s["added_s"]]
+            for m, s in summary.items()
+            if "raw_median" in s
+        ],
     )
     print(f"(server-side created -> finished, median: {summary['server_created_to_finished_s']['ours_median']:.3f}s)")
-    write_results("overhead", args.quick, {"reps": reps, "steps": STEPS, "summary": summary,
-                                           "runs": {"ours": ours, "raw": raw}})
+    write_results(
+        "overhead", args.quick, {"reps": reps, "steps": STEPS, "summary": summary, "runs": {"ours": ours, "raw": raw}}
+    )
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ script set down is resumed in any case, also one left down by an earlier run tha
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -57,7 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import cloudpickle
@@ -120,12 +121,23 @@ ckpt.wait()
 total = float(sum(state[f"w{{i}}"].sum(dtype=torch.float64) for i in range({TENSORS})))
 """
 
-PHASES = ("slurm_ended", "slurm_released", "detected", "readmitted", "submitted", "slurm_started", "running", "cell_started", "loaded",
-          "first_step", "back")
+PHASES = (
+    "slurm_ended",
+    "slurm_released",
+    "detected",
+    "readmitted",
+    "submitted",
+    "slurm_started",
+    "running",
+    "cell_started",
+    "loaded",
+    "first_step",
+    "back",
+)
 # Who the time of each phase (from the previous one) belongs to.
 OWNER = {
     "slurm_ended": "Slurm (node_down: scontrol fails the job at once); rank_kill: torchrun exits, srun "
-                   "--kill-on-bad-exit, batch script ends",
+    "--kill-on-bad-exit, batch script ends",
     "slurm_released": "Slurm: tearing the job down on its nodes (SIGTERM, torchrun stops its workers)",
     "detected": "cellscale: next reconcile (every 0.5 s: squeue, then sacct), sacct settling",
     "readmitted": "cellscale: requeue and admission (same cycle)",
@@ -221,7 +233,7 @@ def ts(value: str | None) -> float | None:
     if value is None:
         return None
     at = datetime.fromisoformat(value)
-    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -245,8 +257,9 @@ def last_step(lines: list[dict], attempt: int) -> int:
 
 def cell_processes(job_dir: Path, attempt: int) -> dict[int, int]:
     """{pid: RANK} of the attempt's cellscale.runtime.cell processes."""
-    out = subprocess.run(["pgrep", "-f", f"cellscale.runtime.cell {job_dir} {attempt}$"], capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["pgrep", "-f", f"cellscale.runtime.cell {job_dir} {attempt}$"], capture_output=True, text=True
+    ).stdout
     ranks = {}
     for pid in map(int, out.split()):
         try:
@@ -269,12 +282,23 @@ def trial(plane: Plane, jobs_dir: Path, fault: str, mode: str, label: str) -> di
     run_dir = Path(tempfile.mkdtemp(prefix="bench-recovery-", dir=jobs_dir))
     run_dir.chmod(0o777)  # the job runs as alice
     progress_path = run_dir / "progress.jsonl"
-    env = {"CKPT_URL": str(run_dir / "ckpt"), "PROGRESS": str(progress_path), "STEP_S": str(STEP_S),
-           "CKPT_EVERY": str(EVERY if mode == "checkpoint" else 0)}
+    env = {
+        "CKPT_URL": str(run_dir / "ckpt"),
+        "PROGRESS": str(progress_path),
+        "STEP_S": str(STEP_S),
+        "CKPT_EVERY": str(EVERY if mode == "checkpoint" else 0),
+    }
     victim = None
     try:
-        response = plane.submit(USER, source=TRAIN, name=f"recovery-{label}", launcher="torchrun", outputs=["total"],
-                                resources=GANG, env=env)
+        response = plane.submit(
+            USER,
+            source=TRAIN,
+            name=f"recovery-{label}",
+            launcher="torchrun",
+            outputs=["total"],
+            resources=GANG,
+            env=env,
+        )
         assert response.status_code == 201, response.text
         job_id = response.json()["id"]
         job_dir = plane.jobs_root / job_id
@@ -331,8 +355,11 @@ def trial(plane: Plane, jobs_dir: Path, fault: str, mode: str, label: str) -> di
         a1_left = cell_processes(job_dir, 1)  # attempt 1's ranks still alive after the job ended (should be none)
         done = now
         events = plane.http.get(f"/api/jobs/{job_id}/events", headers=plane.as_(USER)).json()
-        result = cloudpickle.loads(plane.http.get(f"/api/jobs/{job_id}/result", headers=plane.as_(USER)).content) \
-            if done["result_available"] else None
+        result = (
+            cloudpickle.loads(plane.http.get(f"/api/jobs/{job_id}/result", headers=plane.as_(USER)).content)
+            if done["result_available"]
+            else None
+        )
         lines = read_jsonl(progress_path)
         resume_report = JobDir(job_dir).read_resume(2)
         checkpoints = JobDir(job_dir).read_checkpoints(1)
@@ -343,8 +370,10 @@ def trial(plane: Plane, jobs_dir: Path, fault: str, mode: str, label: str) -> di
         shutil.rmtree(run_dir, ignore_errors=True)
 
     if done["phase"] != "SUCCEEDED" or len(done["attempts"]) != 2 or result != {"total": EXPECTED}:
-        raise RuntimeError(f"{job_id} ended {done['phase']} with {len(done['attempts'])} attempts and {result} "
-                           f"(expected {EXPECTED}): {done['reason']}")
+        raise RuntimeError(
+            f"{job_id} ended {done['phase']} with {len(done['attempts'])} attempts and {result} "
+            f"(expected {EXPECTED}): {done['reason']}"
+        )
     second = done["attempts"][1]
     step_at_fault = last_step(lines, 1)
     a2_lines = [e for e in lines if e["attempt"] == 2]
@@ -368,24 +397,43 @@ def trial(plane: Plane, jobs_dir: Path, fault: str, mode: str, label: str) -> di
     }
     since_fault = {k: (v - t_fault if v is not None else None) for k, v in marks.items()}
     record = {
-        "fault": fault, "mode": mode, "job_id": job_id, "slurm_ids": [a1, a2], "victim": victim,
-        "waited_idle_s": waited, "step_at_fault": step_at_fault, "step_when_injected": step_at_fault_marked,
-        "resumed_step": resumed_step, "steps_redone": step_at_fault - resumed_step,
+        "fault": fault,
+        "mode": mode,
+        "job_id": job_id,
+        "slurm_ids": [a1, a2],
+        "victim": victim,
+        "waited_idle_s": waited,
+        "step_at_fault": step_at_fault,
+        "step_when_injected": step_at_fault_marked,
+        "resumed_step": resumed_step,
+        "steps_redone": step_at_fault - resumed_step,
         "since_fault_s": since_fault,
         "retrying_event_s": ts(retrying["at"]) - t_fault if retrying else None,
         "squeue_running_s": squeue_running - t_fault if squeue_running else None,
         "slurm_submit_s": slurm_log.get(a2, {}).get("submit", t_fault) - t_fault if a2 else None,
-        "first_attempt": {k: v for k, v in done["attempts"][0].items()
-                          if k in ("state", "fault", "end_reason", "failed_nodes", "exit_code")},
+        "first_attempt": {
+            k: v
+            for k, v in done["attempts"][0].items()
+            if k in ("state", "fault", "end_reason", "failed_nodes", "exit_code")
+        },
         "excluded_nodes": done["excluded_nodes"],
         "second_attempt_nodes": slurm("sacct", "-n", "-X", "-P", "-j", a2, "-o", "NodeList").strip() if a2 else None,
         "resume_report": resume_report.model_dump() if resume_report else None,
-        "checkpoints_committed_before_fault": [{"step": c.step, "write_s": round(c.write_s, 3),
-                                                "committed_s_before_fault": round(t_fault - c.wall_time, 3)}
-                                               for c in checkpoints if c.wall_time <= t_fault],
+        "checkpoints_committed_before_fault": [
+            {
+                "step": c.step,
+                "write_s": round(c.write_s, 3),
+                "committed_s_before_fault": round(t_fault - c.wall_time, 3),
+            }
+            for c in checkpoints
+            if c.wall_time <= t_fault
+        ],
         "backend_unknown_events": sum(1 for e in events if e["reason"] == "BackendUnknown"),
-        "events": [f"{ts(e['at']) - t_fault:+.3f} a{e['attempt']} {e['reason']}: {e['message']}" for e in events
-                   if ts(e["at"]) >= t_fault - 1],
+        "events": [
+            f"{ts(e['at']) - t_fault:+.3f} a{e['attempt']} {e['reason']}: {e['message']}"
+            for e in events
+            if ts(e["at"]) >= t_fault - 1
+        ],
         "first_attempt_squeue_states_s": a1_states,
         "first_attempt_ranks_alive_when_second_running": a1_alive_when_a2_running,
         "first_attempt_ranks_alive_after_job_end": len(a1_left),
@@ -402,21 +450,26 @@ def summarize(trials: list[dict]) -> dict:
             runs = [t for t in trials if t["fault"] == fault and t["mode"] == mode]
             if not runs:
                 continue
-            cumulative = {p: median([r["since_fault_s"][p] for r in runs if r["since_fault_s"][p] is not None])
-                          for p in PHASES}
+            cumulative = {
+                p: median([r["since_fault_s"][p] for r in runs if r["since_fault_s"][p] is not None]) for p in PHASES
+            }
             durations = {}
             for p in PHASES:
                 values = []
                 for r in runs:
                     s = r["since_fault_s"]
-                    prev = next((s[q] for q in reversed(PHASES[:PHASES.index(p)]) if s[q] is not None), 0.0)
+                    prev = next((s[q] for q in reversed(PHASES[: PHASES.index(p)]) if s[q] is not None), 0.0)
                     if s[p] is not None:
                         values.append(s[p] - prev)
                 durations[p] = median(values) if values else None
-            out[fault][mode] = {"reps": len(runs), "steps_redone": median([r["steps_redone"] for r in runs]),
-                                "resumed_step": [r["resumed_step"] for r in runs],
-                                "step_at_fault": [r["step_at_fault"] for r in runs],
-                                "median_since_fault_s": cumulative, "median_phase_s": durations}
+            out[fault][mode] = {
+                "reps": len(runs),
+                "steps_redone": median([r["steps_redone"] for r in runs]),
+                "resumed_step": [r["resumed_step"] for r in runs],
+                "step_at_fault": [r["step_at_fault"] for r in runs],
+                "median_since_fault_s": cumulative,
+                "median_phase_s": durations,
+            }
         if "checkpoint" in out[fault] and "scratch" in out[fault]:
             ck, sc = out[fault]["checkpoint"], out[fault]["scratch"]
             out[fault]["ratio_checkpoint_scratch"] = {
@@ -466,10 +519,13 @@ def main() -> None:
                     record = trial(plane, cluster.jobs_dir, fault, mode, label)
                     trials.append(record)
                     s = record["since_fault_s"]
-                    print(f"  {label}: step {record['step_at_fault']} -> resumed {record['resumed_step']} "
-                          f"(redo {record['steps_redone']}); detected {s['detected']:.2f} s, running {s['running']:.2f} s, "
-                          f"loaded {s['loaded']:.2f} s, back at step {record['step_at_fault']} {s['back']:.2f} s",
-                          flush=True)
+                    print(
+                        f"  {label}: step {record['step_at_fault']} -> resumed {record['resumed_step']} "
+                        f"(redo {record['steps_redone']}); detected {s['detected']:.2f} s, "
+                        f"running {s['running']:.2f} s, "
+                        f"loaded {s['loaded']:.2f} s, back at step {record['step_at_fault']} {s['back']:.2f} s",
+                        flush=True,
+                    )
     finally:
         clean_up(plane, tmp, jobs_root)
     wall = time.monotonic() - t0
@@ -478,29 +534,54 @@ def main() -> None:
     for fault, by_mode in summary.items():
         modes_run = [m for m in MODES if m in by_mode]
         print(f"\n{fault}: seconds from the fault to each phase, and each phase's own length (medians of {reps})")
-        rows = [[p, *[by_mode[m]["median_since_fault_s"][p] for m in modes_run],
-                 *[by_mode[m]["median_phase_s"][p] for m in modes_run]] for p in PHASES]
+        rows = [
+            [
+                p,
+                *[by_mode[m]["median_since_fault_s"][p] for m in modes_run],
+                *[by_mode[m]["median_phase_s"][p] for m in modes_run],
+            ]
+            for p in PHASES
+        ]
         rows.append(["steps redone", *[by_mode[m]["steps_redone"] for m in modes_run], *[""] * len(modes_run)])
         print_table(["phase", *[f"{m} at" for m in modes_run], *[f"{m} phase" for m in modes_run]], rows)
         if "ratio_checkpoint_scratch" in by_mode:
             r = by_mode["ratio_checkpoint_scratch"]
-            print(f"checkpoint/scratch: back at the fault step {r['back_at_fault_step_s']:.2f}, "
-                  f"steps redone {r['steps_redone']:.2f}")
+            print(
+                f"checkpoint/scratch: back at the fault step {r['back_at_fault_step_s']:.2f}, "
+                f"steps redone {r['steps_redone']:.2f}"
+            )
     print("\nwhose time each phase is")
     for p in PHASES:
         print(f"  {p:15} {OWNER[p]}")
     print(f"\nwall time {wall:.0f} s for {len(trials)} trials")
-    write_results(args.out, args.quick, {
-        "config": {"steps": STEPS, "checkpoint_every": EVERY, "fault_step": FAULT_STEP, "step_sleep_s": STEP_S,
-                   "state_mb": STATE_MB, "gang": GANG, "launcher": "torchrun", "reps": reps,
-                   "controller_interval_s": plane.controller.interval, "slurm_sched_interval_s": 5},
-        "wall_s": wall, "owners": OWNER, "summary": summary, "trials": trials,
-    })
+    write_results(
+        args.out,
+        args.quick,
+        {
+            "config": {
+                "steps": STEPS,
+                "checkpoint_every": EVERY,
+                "fault_step": FAULT_STEP,
+                "step_sleep_s": STEP_S,
+                "state_mb": STATE_MB,
+                "gang": GANG,
+                "launcher": "torchrun",
+                "reps": reps,
+                "controller_interval_s": plane.controller.interval,
+                "slurm_sched_interval_s": 5,
+            },
+            "wall_s": wall,
+            "owners": OWNER,
+            "summary": summary,
+            "trials": trials,
+        },
+    )
 
 
 def clean_up(plane: Plane, tmp: Path, jobs_root: Path) -> None:
     """Resume our nodes, stop the controller, cancel this benchmark's queued jobs, remove its
     files; each step even if one before it failed. The cluster stays up."""
+
     def cancel_ours() -> None:
         with plane.store.session() as session:
             ours = set(session.scalars(select(Attempt.backend_ref).where(Attempt.backend_ref.is_not(None))))
@@ -508,8 +589,14 @@ def clean_up(plane: Plane, tmp: Path, jobs_root: Path) -> None:
         if queued:
             slurm("scancel", *queued)
 
-    for step in (resume_our_nodes, plane.controller.stop, cancel_ours, plane.store.dispose,
-                 lambda: shutil.rmtree(jobs_root), lambda: shutil.rmtree(tmp)):
+    for step in (
+        resume_our_nodes,
+        plane.controller.stop,
+        cancel_ours,
+        plane.store.dispose,
+        lambda: shutil.rmtree(jobs_root),
+        lambda: shutil.rmtree(tmp),
+    ):
         try:
             step()
         except Exception as exc:

@@ -124,9 +124,9 @@ def cancel_mine(plane: Plane, timeout: float = 300) -> int:
     """scancel (as root) this benchmark's queued jobs and wait until they have left the queue."""
     mine, _ = queued(plane)
     for start in range(0, len(mine), 200):
-        slurm("scancel", *mine[start:start + 200])
+        slurm("scancel", *mine[start : start + 200])
     deadline = time.monotonic() + timeout
-    while (left := queued(plane)[0]):
+    while left := queued(plane)[0]:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{len(left)} of this benchmark's jobs still queued after {timeout:.0f} s: {left[:10]}")
         time.sleep(0.3)
@@ -195,15 +195,21 @@ def bench_overhead(plane: Plane, reps: int) -> dict:
                 ours.append(ours_to_running(plane)[0])
             else:
                 raw.append(raw_to_running(template, script, plane.jobs_root, rep + 1))
-        print(f"  rep {rep + 1}/{reps}: submit -> RUNNING in squeue: ours {ours[-1]['squeue_running_s']:.2f} s, "
-              f"raw {raw[-1]['squeue_running_s']:.2f} s")
+        print(
+            f"  rep {rep + 1}/{reps}: submit -> RUNNING in squeue: ours {ours[-1]['squeue_running_s']:.2f} s, "
+            f"raw {raw[-1]['squeue_running_s']:.2f} s"
+        )
     for m in ours + raw:
         m["slurm_wait_s"] = m["squeue_running_s"] - m["sbatch_returned_s"]  # sbatch returned -> RUNNING
     med = {k: median([m[k] for m in ours]) for k in ours[0]}
     raw_med = {k: median([m[k] for m in raw]) for k in raw[0]}
     return {
-        "reps": reps, "script": script, "ours": ours, "raw": raw,
-        "ours_median": med, "raw_median": raw_med,
+        "reps": reps,
+        "script": script,
+        "ours": ours,
+        "raw": raw,
+        "ours_median": med,
+        "raw_median": raw_med,
         "ours_mean": {k: sum(m[k] for m in ours) / reps for k in ours[0]},
         "raw_mean": {k: sum(m[k] for m in raw) / reps for k in raw[0]},
         "ratio_ours_raw": {k: ratio(med[k], raw_med[k]) for k in raw_med},
@@ -225,7 +231,7 @@ def cpu_times() -> tuple[int, int]:
 
 def busy_since(start: tuple[int, int]) -> float:
     """Fraction of the machine's CPU time that was busy since `start` (cpu_times())."""
-    total, idle = (now - then for now, then in zip(cpu_times(), start))
+    total, idle = (now - then for now, then in zip(cpu_times(), start, strict=True))
     return 1 - idle / total if total else float("nan")
 
 
@@ -235,8 +241,14 @@ def raw_flood(plane: Plane, submits: int, script: Path) -> dict:
     for _ in range(submits):
         sbatch(script)
     wall = time.perf_counter() - t0
-    return {"submits": submits, "wall_s": wall, "per_s": submits / wall, "cpu_busy": busy_since(cpu),
-            "queue_after": queue_summary(), "cancelled_after": cancel_mine(plane)}
+    return {
+        "submits": submits,
+        "wall_s": wall,
+        "per_s": submits / wall,
+        "cpu_busy": busy_since(cpu),
+        "queue_after": queue_summary(),
+        "cancelled_after": cancel_mine(plane),
+    }
 
 
 def timing(obj: object, method: str) -> list[float]:
@@ -258,8 +270,11 @@ def ours_flood(plane: Plane, submits: int) -> dict:
     def counts() -> tuple[int, int]:
         with plane.store.session() as session:
             refs = session.scalar(select(func.count()).select_from(Attempt).where(Attempt.backend_ref.is_not(None)))
-            failed = session.scalar(select(func.count()).select_from(Attempt).where(Attempt.state == "FAILED",
-                                                                                     Attempt.backend_ref.is_(None)))
+            failed = session.scalar(
+                select(func.count())
+                .select_from(Attempt)
+                .where(Attempt.state == "FAILED", Attempt.backend_ref.is_(None))
+            )
         return refs, failed
 
     wait_idle()
@@ -288,14 +303,24 @@ def ours_flood(plane: Plane, submits: int) -> dict:
     queue_after, busy = queue_summary(), busy_since(cpu)
     plane.controller.stop()  # nothing may submit while everything is cancelled
     with plane.store.session() as session:
-        reasons = Counter(session.scalars(select(Attempt.end_reason).where(Attempt.state == "FAILED",
-                                                                           Attempt.backend_ref.is_(None))))
-    return {"submits": submits, "api_wall_s": accepted, "api_per_s": submits / accepted, "wall_s": wall,
-            "per_s": refs / wall, "submitted_to_slurm": refs, "submit_failed": failed,
-            "submit_failed_reasons": dict(reasons.most_common(3)), "queue_after": queue_after,
-            "driver_submit": {"calls": len(submit_s), "total_s": sum(submit_s), "median_s": median(submit_s)},
-            "driver_poll": {"calls": len(poll_s), "total_s": sum(poll_s), "median_s": median(poll_s)},
-            "cpu_busy": busy, "cancelled_after": cancel_mine(plane)}
+        reasons = Counter(
+            session.scalars(select(Attempt.end_reason).where(Attempt.state == "FAILED", Attempt.backend_ref.is_(None)))
+        )
+    return {
+        "submits": submits,
+        "api_wall_s": accepted,
+        "api_per_s": submits / accepted,
+        "wall_s": wall,
+        "per_s": refs / wall,
+        "submitted_to_slurm": refs,
+        "submit_failed": failed,
+        "submit_failed_reasons": dict(reasons.most_common(3)),
+        "queue_after": queue_after,
+        "driver_submit": {"calls": len(submit_s), "total_s": sum(submit_s), "median_s": median(submit_s)},
+        "driver_poll": {"calls": len(poll_s), "total_s": sum(poll_s), "median_s": median(poll_s)},
+        "cpu_busy": busy,
+        "cancelled_after": cancel_mine(plane),
+    }
 
 
 def bench_throughput(plane: Plane, submits: int) -> dict:
@@ -316,6 +341,7 @@ def bench_throughput(plane: Plane, submits: int) -> dict:
 def command_costs(n: int = 5) -> dict[str, float]:
     """Median seconds of the Slurm commands one cellscale submit runs (Driver.submit: _find's
     squeue and sacct by job name, then sbatch as the user)."""
+
     def timed(*argv: str) -> float:
         runs = []
         for _ in range(n):
@@ -333,11 +359,14 @@ def command_costs(n: int = 5) -> dict[str, float]:
 
 
 def cluster_facts() -> dict:
-    config = {key.strip(): value.strip() for key, _, value in
-              (line.partition(" = ") for line in slurm("scontrol", "show", "config").splitlines())}
+    config = {
+        key.strip(): value.strip()
+        for key, _, value in (line.partition(" = ") for line in slurm("scontrol", "show", "config").splitlines())
+    }
     limits = slurm("sacctmgr", "-n", "-P", "show", "assoc", f"user={USER}", "format=account,user,maxjobs,maxsubmit")
     return {
-        "MaxJobCount": config.get("MaxJobCount"), "SchedulerParameters": config.get("SchedulerParameters"),
+        "MaxJobCount": config.get("MaxJobCount"),
+        "SchedulerParameters": config.get("SchedulerParameters"),
         f"assoc_{USER}(account|user|maxjobs|maxsubmit)": limits.strip(),
         "sacct_jobs_last_7_days": len(slurm("sacct", "-n", "-X", "-a", "-S", "now-7days", "-o", "JobID").split()),
     }
@@ -347,8 +376,14 @@ def clean_up(plane: Plane, tmp: Path) -> list[str]:
     """Stop the controller, cancel this benchmark's jobs, remove its files, each step even if one
     before it failed. Returns the Slurm ids of other people's queued jobs."""
     others: list[str] = []
-    steps = (plane.controller.stop, lambda: cancel_mine(plane), lambda: others.extend(queued(plane)[1]),
-             plane.store.dispose, lambda: shutil.rmtree(plane.jobs_root), lambda: shutil.rmtree(tmp))
+    steps = (
+        plane.controller.stop,
+        lambda: cancel_mine(plane),
+        lambda: others.extend(queued(plane)[1]),
+        plane.store.dispose,
+        lambda: shutil.rmtree(plane.jobs_root),
+        lambda: shutil.rmtree(tmp),
+    )
     for step in steps:
         try:
             step()
@@ -394,33 +429,62 @@ def main() -> None:
 
     om, rm = overhead["ours_median"], overhead["raw_median"]
     print(f"\noverhead (medians of {reps}; squeue polled every {POLL} s)")
-    print_table(["submit ->", "cellscale", "raw sbatch", "ours/raw", "added"], [
-        ["sbatch returned", om["sbatch_returned_s"], rm["sbatch_returned_s"],
-         overhead["ratio_ours_raw"]["sbatch_returned_s"], overhead["added_s"]["sbatch_returned_s"]],
-        ["RUNNING in squeue", om["squeue_running_s"], rm["squeue_running_s"],
-         overhead["ratio_ours_raw"]["squeue_running_s"], overhead["added_s"]["squeue_running_s"]],
-        ["  (sbatch returned -> RUNNING)", om["slurm_wait_s"], rm["slurm_wait_s"],
-         overhead["ratio_ours_raw"]["slurm_wait_s"], overhead["added_s"]["slurm_wait_s"]],
-        ["RUNNING in squeue, mean", overhead["ours_mean"]["squeue_running_s"], overhead["raw_mean"]["squeue_running_s"],
-         ratio(overhead["ours_mean"]["squeue_running_s"], overhead["raw_mean"]["squeue_running_s"]), ""],
-        ["phase RUNNING (rank started)", om["phase_running_s"], "", "", ""],
-    ])
+    print_table(
+        ["submit ->", "cellscale", "raw sbatch", "ours/raw", "added"],
+        [
+            [
+                "sbatch returned",
+                om["sbatch_returned_s"],
+                rm["sbatch_returned_s"],
+                overhead["ratio_ours_raw"]["sbatch_returned_s"],
+                overhead["added_s"]["sbatch_returned_s"],
+            ],
+            [
+                "RUNNING in squeue",
+                om["squeue_running_s"],
+                rm["squeue_running_s"],
+                overhead["ratio_ours_raw"]["squeue_running_s"],
+                overhead["added_s"]["squeue_running_s"],
+            ],
+            [
+                "  (sbatch returned -> RUNNING)",
+                om["slurm_wait_s"],
+                rm["slurm_wait_s"],
+                overhead["ratio_ours_raw"]["slurm_wait_s"],
+                overhead["added_s"]["slurm_wait_s"],
+            ],
+            [
+                "RUNNING in squeue, mean",
+                overhead["ours_mean"]["squeue_running_s"],
+                overhead["raw_mean"]["squeue_running_s"],
+                ratio(overhead["ours_mean"]["squeue_running_s"], overhead["raw_mean"]["squeue_running_s"]),
+                "",
+            ],
+            ["phase RUNNING (rank started)", om["phase_running_s"], "", "", ""],
+        ],
+    )
     ours, raw = throughput["ours"], throughput["raw"]
     print(f"\nthroughput ({submits} submits, one thread; the jobs run meanwhile)")
-    print_table(["metric", "cellscale", "raw sbatch", "ours/raw"], [
-        ["submitted to Slurm /s", ours["per_s"], raw["per_s"], throughput["ratio_ours_raw"]],
-        ["accepted by the API /s", ours["api_per_s"], "", ""],
-        ["wall s", ours["wall_s"], raw["wall_s"], ratio(ours["wall_s"], raw["wall_s"])],
-        ["submit failed", ours["submit_failed"], 0, ""],
-        ["machine CPU busy during flood", ours["cpu_busy"], raw["cpu_busy"], ""],
-    ])
+    print_table(
+        ["metric", "cellscale", "raw sbatch", "ours/raw"],
+        [
+            ["submitted to Slurm /s", ours["per_s"], raw["per_s"], throughput["ratio_ours_raw"]],
+            ["accepted by the API /s", ours["api_per_s"], "", ""],
+            ["wall s", ours["wall_s"], raw["wall_s"], ratio(ours["wall_s"], raw["wall_s"])],
+            ["submit failed", ours["submit_failed"], 0, ""],
+            ["machine CPU busy during flood", ours["cpu_busy"], raw["cpu_busy"], ""],
+        ],
+    )
     sub, poll = ours["driver_submit"], ours["driver_poll"]
-    print(f"controller during its flood: {sub['calls']} Driver.submit, {sub['total_s']:.1f} s in all "
-          f"(median {sub['median_s']:.3f} s); {poll['calls']} Driver.poll, {poll['total_s']:.1f} s in all")
+    print(
+        f"controller during its flood: {sub['calls']} Driver.submit, {sub['total_s']:.1f} s in all "
+        f"(median {sub['median_s']:.3f} s); {poll['calls']} Driver.poll, {poll['total_s']:.1f} s in all"
+    )
     print(f"queue after the floods: raw {raw['queue_after']}, cellscale {ours['queue_after']}")
     print(f"Slurm commands (median s): {costs}")
-    write_results("slurm", args.quick, {"cluster": facts, "command_costs": costs, "overhead": overhead,
-                                        "throughput": throughput})
+    write_results(
+        "slurm", args.quick, {"cluster": facts, "command_costs": costs, "overhead": overhead, "throughput": throughput}
+    )
 
 
 if __name__ == "__main__":

@@ -31,13 +31,21 @@ from cellscale.client import Client
 from cellscale.spec import JobSpec, Launcher, Phase, Resources
 
 WARMUP = 8
-BLOCKER = JobSpec(name="bench-blocker", launcher=Launcher.plain, resources=Resources(gpus_per_node=1),
-                  source="import time\ntime.sleep(600)\n")
+BLOCKER = JobSpec(
+    name="bench-blocker",
+    launcher=Launcher.plain,
+    resources=Resources(gpus_per_node=1),
+    source="import time\ntime.sleep(600)\n",
+)
 
 
 def job_spec(i: int) -> JobSpec:
-    return JobSpec(name=f"bench-{i}", launcher=Launcher.plain, resources=Resources(gpus_per_node=1),
-                   source=f"print('job {i} never runs: it waits behind the blocker')\n")
+    return JobSpec(
+        name=f"bench-{i}",
+        launcher=Launcher.plain,
+        resources=Resources(gpus_per_node=1),
+        source=f"print('job {i} never runs: it waits behind the blocker')\n",
+    )
 
 
 def wait_for(client: Client, job_id: str, phases: set[Phase], timeout: float = 60) -> Phase:
@@ -109,19 +117,29 @@ def bench_store(db_url: str, submits: int, threads: int) -> dict:
     not_pending = sum(1 for _, _, phase in done if phase is not Phase.PENDING)
     tenth = max(1, submits // 10)
     return {
-        "submits": submits, "threads": threads, "wall_s": wall, "jobs_per_s": submits / wall,
-        "latency_p50_s": median(latencies), "latency_p99_s": percentile(latencies, 99),
+        "submits": submits,
+        "threads": threads,
+        "wall_s": wall,
+        "jobs_per_s": submits / wall,
+        "latency_p50_s": median(latencies),
+        "latency_p99_s": percentile(latencies, 99),
         "latency_max_s": max(latencies),
-        "latency_p50_first_10pct_s": median(latencies[:tenth]), "latency_p50_last_10pct_s": median(latencies[-tenth:]),
-        "accepted_not_pending": not_pending, "pending_after_flood": still_pending,
-        "cancels_per_s": len(flood_ids) / cancel_wall, "blocker_final_phase": blocker_phase.value,
+        "latency_p50_first_10pct_s": median(latencies[:tenth]),
+        "latency_p50_last_10pct_s": median(latencies[-tenth:]),
+        "accepted_not_pending": not_pending,
+        "pending_after_flood": still_pending,
+        "cancels_per_s": len(flood_ids) / cancel_wall,
+        "blocker_final_phase": blocker_phase.value,
     }
 
 
 def postgres_database() -> tuple[str, Callable[[], object]]:
     """A fresh database on the test PostgreSQL server: (url, drop)."""
-    base = make_url(subprocess.run([str(REPO / "scripts" / "postgres")], capture_output=True, text=True,
-                                   check=True).stdout.strip().splitlines()[-1])
+    base = make_url(
+        subprocess.run([str(REPO / "scripts" / "postgres")], capture_output=True, text=True, check=True)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     name = f"cellscale_bench_{uuid.uuid4().hex[:8]}"
     where = ["-h", base.host or "127.0.0.1", "-p", str(base.port or 5432), "-U", base.username or "postgres"]
     subprocess.run(["createdb", *where, name], check=True)
@@ -148,13 +166,23 @@ def main() -> None:
     finally:
         drop()
 
-    ratios = {k: ratio(results["postgresql"][k], results["sqlite"][k])
-              for k in ("jobs_per_s", "latency_p50_s", "latency_p99_s", "cancels_per_s")}
+    ratios = {
+        k: ratio(results["postgresql"][k], results["sqlite"][k])
+        for k in ("jobs_per_s", "latency_p50_s", "latency_p99_s", "cancels_per_s")
+    }
     print(f"\nPOST /api/jobs: {submits} submits from {args.threads} threads, all accepted as PENDING")
-    keys = ["jobs_per_s", "latency_p50_s", "latency_p99_s", "latency_p50_first_10pct_s", "latency_p50_last_10pct_s",
-            "cancels_per_s"]
-    print_table(["metric", "sqlite", "postgresql", "pg/sqlite"],
-                [[k, results["sqlite"][k], results["postgresql"][k], ratios.get(k, "")] for k in keys])
+    keys = [
+        "jobs_per_s",
+        "latency_p50_s",
+        "latency_p99_s",
+        "latency_p50_first_10pct_s",
+        "latency_p50_last_10pct_s",
+        "cancels_per_s",
+    ]
+    print_table(
+        ["metric", "sqlite", "postgresql", "pg/sqlite"],
+        [[k, results["sqlite"][k], results["postgresql"][k], ratios.get(k, "")] for k in keys],
+    )
     write_results("submit_throughput", args.quick, {"results": results, "ratio_postgresql_sqlite": ratios})
 
 

@@ -110,15 +110,23 @@ def load_trace(path: Path = TRACE) -> list[TraceJob]:
     rows = []
     with open(path, newline="") as f:
         for n, row in enumerate(csv.DictReader(f)):
-            rows.append((datetime.fromisoformat(row["timestamp"]).timestamp(), n, row["cluster"],
-                         int(row["num_gpus"]), float(row["duration"])))
+            rows.append(
+                (
+                    datetime.fromisoformat(row["timestamp"]).timestamp(),
+                    n,
+                    row["cluster"],
+                    int(row["num_gpus"]),
+                    float(row["duration"]),
+                )
+            )
     rows.sort()
     t0 = rows[0][0] if rows else 0.0
     return [TraceJob(cluster, gpus, ts - t0, duration) for ts, _, cluster, gpus, duration in rows]
 
 
-def slice_jobs(jobs: list[TraceJob], skip: int = 0, skip_days: float = 0.0, days: float | None = None,
-               limit: int | None = None) -> list[TraceJob]:
+def slice_jobs(
+    jobs: list[TraceJob], skip: int = 0, skip_days: float = 0.0, days: float | None = None, limit: int | None = None
+) -> list[TraceJob]:
     """A contiguous submit-time window, rebased to 0: `skip` jobs and the first `skip_days`
     days dropped, then at most `days` days and `limit` jobs."""
     kept = [j for j in jobs[skip:] if j.submit >= skip_days * DAY]
@@ -138,7 +146,7 @@ def largest_remainder(total: int, weights: dict[str, float], floor: int = 0) -> 
     rest = total - floor * len(names)
     exact = {n: rest * weights[n] / sum(weights.values()) for n in names}
     out = {n: math.floor(exact[n]) for n in names}
-    for n in sorted(names, key=lambda n: (out[n] - exact[n], n))[:rest - sum(out.values())]:
+    for n in sorted(names, key=lambda n: (out[n] - exact[n], n))[: rest - sum(out.values())]:
         out[n] += 1
     return {n: floor + out[n] for n in names}
 
@@ -152,13 +160,16 @@ def nominal_quotas(jobs: list[TraceJob], fleet: int) -> dict[str, int]:
 
 
 def cellscale_tenancy(nominal: dict[str, int]) -> Tenancy:
-    return Tenancy.model_validate({
-        "flavors": {FLAVOR: {"backend": "sim"}},
-        "cohorts": {"philly": {}},
-        "cluster_queues": {t: {"cohort": "philly", "weight": n, "quotas": {FLAVOR: {"nominal": n}}}
-                           for t, n in nominal.items()},
-        "tenants": {t: {"queues": {"default": {"cluster_queue": t}}} for t in nominal},
-    })
+    return Tenancy.model_validate(
+        {
+            "flavors": {FLAVOR: {"backend": "sim"}},
+            "cohorts": {"philly": {}},
+            "cluster_queues": {
+                t: {"cohort": "philly", "weight": n, "quotas": {FLAVOR: {"nominal": n}}} for t, n in nominal.items()
+            },
+            "tenants": {t: {"queues": {"default": {"cluster_queue": t}}} for t in nominal},
+        }
+    )
 
 
 @dataclass
@@ -226,8 +237,10 @@ class Sim:
         self.preempted_times = [0] * n
         self.tenant_ix = {t: i for i, t in enumerate(self.tenants)}
         self.job_tenant = [self.tenant_ix[j.tenant] for j in self.jobs]
-        self.workloads = [Workload(f"j{i:06d}", self.policy.queue_of[j.tenant], j.gpus, 0, j.submit, None, j.tenant)
-                          for i, j in enumerate(self.jobs)]
+        self.workloads = [
+            Workload(f"j{i:06d}", self.policy.queue_of[j.tenant], j.gpus, 0, j.submit, None, j.tenant)
+            for i, j in enumerate(self.jobs)
+        ]
         self.queues = sorted(set(self.policy.queue_of.values()))
         self.pending: dict[str, list[int]] = {q: [] for q in self.queues}
         self.holders: dict[int, Holder] = {}  # running (or leaving) job -> its Holder as of its last checkpoint
@@ -265,7 +278,7 @@ class Sim:
         if any(self.pending_t):
             self.waiting_s += dt
             self.used_while_waiting += held * dt
-        demand = tuple(h + p for h, p in zip(self.held_t, self.pending_t))
+        demand = tuple(h + p for h, p in zip(self.held_t, self.pending_t, strict=True))
         share = self._share_cache.get(demand)
         if share is None:
             share = self._share_cache[demand] = max_min_share(demand, self.weights, self.fleet)
@@ -289,8 +302,9 @@ class Sim:
         if self.half_life > 0:
             fade = 2.0 ** (-dt / self.half_life)
             for q in self.queues:
-                self.decayed[q] = self.decayed[q] * fade + decayed_gpu_seconds(self.held_cq[q], self.now, t, t,
-                                                                               self.half_life)
+                self.decayed[q] = self.decayed[q] * fade + decayed_gpu_seconds(
+                    self.held_cq[q], self.now, t, t, self.half_life
+                )
         self.now = t
 
     # -- state changes ---------------------------------------------------------------------------
@@ -400,8 +414,9 @@ class Sim:
                 self.hold(i, a.flavor, t)
             if not decision.admit or not decision.pending:
                 return  # nothing admitted, or nothing left waiting
-            if not self.settle and not any(r.position == 1 and r.code != "Preempting" and r.available >= r.needs
-                                           for r in decision.pending.values()):
+            if not self.settle and not any(
+                r.position == 1 and r.code != "Preempting" and r.available >= r.needs for r in decision.pending.values()
+            ):
                 return  # see the module docstring: only a head held back by a claim can be admitted in a second pass
             if run:
                 self.reruns_admitting += 1
@@ -447,8 +462,8 @@ class Sim:
             length = min(self.window, self.last_finish - w * self.window) if w == max(self.windows) else self.window
             if sum(dem) < self.fleet * length * 0.999:
                 continue  # not contended: everyone could have had its demand
-            gaps.append(sum(abs(r - e) for r, e in zip(rec, ent)) / (2 * self.fleet * length))
-            xs = [r / e for r, e in zip(rec, ent) if e > 0]
+            gaps.append(sum(abs(r - e) for r, e in zip(rec, ent, strict=True)) / (2 * self.fleet * length))
+            xs = [r / e for r, e in zip(rec, ent, strict=True) if e > 0]
             jains.append(sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if xs else 1.0)
             for ti, name in enumerate(self.tenants):
                 contended_rec[name] += rec[ti]
@@ -459,7 +474,8 @@ class Sim:
             if not mine:
                 continue
             per_tenant[name] = {
-                "jobs": len(mine), "jct_mean_h": sum(jct[i] for i in mine) / len(mine),
+                "jobs": len(mine),
+                "jct_mean_h": sum(jct[i] for i in mine) / len(mine),
                 "wait_mean_h": sum(wait[i] for i in mine) / len(mine),
                 "wait_p95_h": percentile([wait[i] for i in mine], 95),
                 "received_over_entitled_contended": ratio(contended_rec[name], contended_ent[name]),
@@ -467,27 +483,40 @@ class Sim:
             }
         return {
             "jobs": n,
-            "jct_mean_h": sum(jct) / n, "jct_p50_h": percentile(jct, 50), "jct_p95_h": percentile(jct, 95),
-            "wait_mean_h": sum(wait) / n, "wait_p50_h": percentile(wait, 50), "wait_p95_h": percentile(wait, 95),
-            "wait_p99_h": percentile(wait, 99), "waited_over_1h_fraction": sum(w > 1 for w in wait) / n,
-            "busy_span_days": span / DAY, "utilization": self.used_gpu_s / (self.fleet * span),
+            "jct_mean_h": sum(jct) / n,
+            "jct_p50_h": percentile(jct, 50),
+            "jct_p95_h": percentile(jct, 95),
+            "wait_mean_h": sum(wait) / n,
+            "wait_p50_h": percentile(wait, 50),
+            "wait_p95_h": percentile(wait, 95),
+            "wait_p99_h": percentile(wait, 99),
+            "waited_over_1h_fraction": sum(w > 1 for w in wait) / n,
+            "busy_span_days": span / DAY,
+            "utilization": self.used_gpu_s / (self.fleet * span),
             "useful_utilization": work / (self.fleet * span),
-            "utilization_while_waiting": (self.used_while_waiting / (self.fleet * self.waiting_s)
-                                          if self.waiting_s else float("nan")),
+            "utilization_while_waiting": (
+                self.used_while_waiting / (self.fleet * self.waiting_s) if self.waiting_s else float("nan")
+            ),
             "time_with_jobs_waiting_days": self.waiting_s / DAY,
-            "preemptions": self.preemptions, "jobs_preempted": sum(1 for x in self.preempted_times if x),
+            "preemptions": self.preemptions,
+            "jobs_preempted": sum(1 for x in self.preempted_times if x),
             "preempted_after_under_5min": self.preempted_young,
             "cycles_admitting_a_borrower_and_reclaiming": self.admit_and_reclaim,
-            "lost_gpu_hours": self.lost_gpu_s / HOUR, "lost_fraction_of_work": self.lost_gpu_s / work,
+            "lost_gpu_hours": self.lost_gpu_s / HOUR,
+            "lost_fraction_of_work": self.lost_gpu_s / work,
             "fair_windows_contended": len(gaps),
             "fair_gap_mean": sum(gaps) / len(gaps) if gaps else float("nan"),
             "fair_gap_p95": percentile(gaps, 95),
             "jain_mean": sum(jains) / len(jains) if jains else float("nan"),
             "jain_p5": percentile(jains, 5),
             "max_pending": self.max_pending,
-            "sim": {"scheduling_cycles": self.cycles, "schedule_calls": self.schedule_calls,
-                    "schedule_s": self.schedule_s, "cycles_redone_with_more_jobs": self.redone,
-                    "reruns_that_admitted": self.reruns_admitting},
+            "sim": {
+                "scheduling_cycles": self.cycles,
+                "schedule_calls": self.schedule_calls,
+                "schedule_s": self.schedule_s,
+                "cycles_redone_with_more_jobs": self.redone,
+                "reruns_that_admitted": self.reruns_admitting,
+            },
             "per_tenant": per_tenant,
         }
 
@@ -514,16 +543,21 @@ def offered_load(jobs: list[TraceJob], fleet: int) -> dict:
     subs = sorted(j.submit for j in jobs)
     lo, hi = percentile(subs, 5), percentile(subs, 95)
     mid = sum(j.gpus * j.duration for j in jobs if lo <= j.submit <= hi)
-    return {"submit_span_days": span / DAY, "gpu_hours": work / HOUR, "avg_demand_gpus": work / span,
-            "offered_load": work / span / fleet,
-            "middle_90pct_days": (hi - lo) / DAY,
-            "offered_load_middle_90pct": mid / max(hi - lo, 1.0) / fleet}
+    return {
+        "submit_span_days": span / DAY,
+        "gpu_hours": work / HOUR,
+        "avg_demand_gpus": work / span,
+        "offered_load": work / span / fleet,
+        "middle_90pct_days": (hi - lo) / DAY,
+        "offered_load_middle_90pct": mid / max(hi - lo, 1.0) / fleet,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="a 10-day slice (days 19-29, where the load starts): ~10 s")
+    parser.add_argument(
+        "--quick", action="store_true", help="a 10-day slice (days 19-29, where the load starts): ~10 s"
+    )
     parser.add_argument("--trace", type=Path, default=TRACE)
     parser.add_argument("--fleet", type=int, default=640)
     parser.add_argument("--limit", type=int, help="replay only the first N jobs (submit order)")
@@ -533,8 +567,11 @@ def main() -> None:
     parser.add_argument("--checkpoint-minutes", type=float, default=30.0)
     parser.add_argument("--grace-seconds", type=float, default=30.0)
     parser.add_argument("--window-hours", type=float, default=6.0)
-    parser.add_argument("--settle", action="store_true",
-                        help="after every cycle that admitted something, run another at the same time (~2x slower)")
+    parser.add_argument(
+        "--settle",
+        action="store_true",
+        help="after every cycle that admitted something, run another at the same time (~2x slower)",
+    )
     parser.add_argument("--policies", default="cellscale,fifo")
     parser.add_argument("--out", default="trace_replay", help="results name (benchmarks/results/NAME.json)")
     args = parser.parse_args()
@@ -547,60 +584,113 @@ def main() -> None:
     nominal = nominal_quotas(jobs, args.fleet)
     load = offered_load(jobs, args.fleet)
     print(f"{len(jobs)} jobs, {len(nominal)} tenants, fleet {args.fleet} GPUs, {capped} jobs capped to the fleet")
-    print(f"offered load {load['offered_load']:.2f} of the fleet over the {load['submit_span_days']:.1f}-day "
-          "submit span "
-          f"({load['avg_demand_gpus']:.0f} GPUs on average); {load['offered_load_middle_90pct']:.2f} over the middle "
-          f"90% of submits ({load['middle_90pct_days']:.1f} days)", flush=True)
-    options = {"half_life": args.half_life_hours * HOUR, "checkpoint": args.checkpoint_minutes * 60,
-               "grace": args.grace_seconds, "window": args.window_hours * HOUR, "settle": args.settle}
+    print(
+        f"offered load {load['offered_load']:.2f} of the fleet over the {load['submit_span_days']:.1f}-day "
+        "submit span "
+        f"({load['avg_demand_gpus']:.0f} GPUs on average); {load['offered_load_middle_90pct']:.2f} over the middle "
+        f"90% of submits ({load['middle_90pct_days']:.1f} days)",
+        flush=True,
+    )
+    options = {
+        "half_life": args.half_life_hours * HOUR,
+        "checkpoint": args.checkpoint_minutes * 60,
+        "grace": args.grace_seconds,
+        "window": args.window_hours * HOUR,
+        "settle": args.settle,
+    }
     pols = policies(nominal, args.fleet)
     results = {}
     for name in args.policies.split(","):
         print(f"replaying under {name} ...", flush=True)
         results[name] = replay(jobs, pols[name], args.fleet, nominal, **options)
         s = results[name]["sim"]
-        print(f"  {s['wall_s']:.0f} s ({s['schedule_calls']} schedule() calls, {s['schedule_s']:.0f} s in them)",
-              flush=True)
+        print(
+            f"  {s['wall_s']:.0f} s ({s['schedule_calls']} schedule() calls, {s['schedule_s']:.0f} s in them)",
+            flush=True,
+        )
 
-    keys = [("jct_mean_h", "JCT mean (h)"), ("jct_p50_h", "JCT p50 (h)"), ("jct_p95_h", "JCT p95 (h)"),
-            ("wait_mean_h", "queueing mean (h)"), ("wait_p50_h", "queueing p50 (h)"),
-            ("wait_p95_h", "queueing p95 (h)"),
-            ("waited_over_1h_fraction", "jobs waiting > 1 h"),
-            ("utilization", "utilization (busy span)"), ("utilization_while_waiting", "utilization while jobs wait"),
-            ("preemptions", "preemptions"), ("lost_gpu_hours", "lost GPU-hours"),
-            ("fair_gap_mean", "fair-share gap, mean"), ("fair_gap_p95", "fair-share gap, p95"),
-            ("jain_mean", "Jain index, mean"), ("max_pending", "most jobs pending")]
+    keys = [
+        ("jct_mean_h", "JCT mean (h)"),
+        ("jct_p50_h", "JCT p50 (h)"),
+        ("jct_p95_h", "JCT p95 (h)"),
+        ("wait_mean_h", "queueing mean (h)"),
+        ("wait_p50_h", "queueing p50 (h)"),
+        ("wait_p95_h", "queueing p95 (h)"),
+        ("waited_over_1h_fraction", "jobs waiting > 1 h"),
+        ("utilization", "utilization (busy span)"),
+        ("utilization_while_waiting", "utilization while jobs wait"),
+        ("preemptions", "preemptions"),
+        ("lost_gpu_hours", "lost GPU-hours"),
+        ("fair_gap_mean", "fair-share gap, mean"),
+        ("fair_gap_p95", "fair-share gap, p95"),
+        ("jain_mean", "Jain index, mean"),
+        ("max_pending", "most jobs pending"),
+    ]
     names = list(results)
     both = "cellscale" in results and "fifo" in results
-    print(f"\n{len(jobs)} jobs on {args.fleet} GPUs; fairness over {results[names[0]]['fair_windows_contended']} "
-          f"contended {args.window_hours:g}-h windows")
-    print_table(["metric", *names, *(["cellscale/fifo"] if both else [])],
-                [[label, *(results[n][k] for n in names),
-                  *([ratio(results["cellscale"][k], results["fifo"][k])] if both else [])] for k, label in keys])
+    print(
+        f"\n{len(jobs)} jobs on {args.fleet} GPUs; fairness over {results[names[0]]['fair_windows_contended']} "
+        f"contended {args.window_hours:g}-h windows"
+    )
+    print_table(
+        ["metric", *names, *(["cellscale/fifo"] if both else [])],
+        [
+            [
+                label,
+                *(results[n][k] for n in names),
+                *([ratio(results["cellscale"][k], results["fifo"][k])] if both else []),
+            ]
+            for k, label in keys
+        ],
+    )
     if both:
         print("\nper tenant (nominal GPUs): mean queueing (h) and received/entitled in contended windows")
         rows = []
         for t in sorted(nominal, key=lambda t: -nominal[t]):
             o, f = results["cellscale"]["per_tenant"].get(t), results["fifo"]["per_tenant"].get(t)
             if o and f:
-                rows.append([t, nominal[t], o["jobs"], o["wait_mean_h"], f["wait_mean_h"],
-                             o["received_over_entitled_contended"], f["received_over_entitled_contended"]])
+                rows.append(
+                    [
+                        t,
+                        nominal[t],
+                        o["jobs"],
+                        o["wait_mean_h"],
+                        f["wait_mean_h"],
+                        o["received_over_entitled_contended"],
+                        f["received_over_entitled_contended"],
+                    ]
+                )
         print_table(["tenant", "nominal", "jobs", "ours wait", "fifo wait", "ours r/e", "fifo r/e"], rows)
     wall = time.perf_counter() - t_start
     print(f"\nwall time {wall:.0f} s")
-    write_results(args.out, args.quick, {
-        "trace": str(args.trace.name), "jobs": len(jobs), "capped_to_fleet": capped, "fleet_gpus": args.fleet,
-        "nominal": nominal, "load": load,
-        "options": {"half_life_h": args.half_life_hours, "checkpoint_min": args.checkpoint_minutes,
-                    "grace_s": args.grace_seconds, "window_h": args.window_hours, "settle": args.settle,
-                    "limit": args.limit,
-                    "days": args.days, "skip_days": args.skip_days},
-        "scheduling_source_sha256": scheduling_digest(),
-        "results": results,
-        "ratio_cellscale_fifo": ({k: ratio(results["cellscale"][k], results["fifo"][k]) for k, _ in keys}
-                                 if both else {}),
-        "wall_s": wall,
-    })
+    write_results(
+        args.out,
+        args.quick,
+        {
+            "trace": str(args.trace.name),
+            "jobs": len(jobs),
+            "capped_to_fleet": capped,
+            "fleet_gpus": args.fleet,
+            "nominal": nominal,
+            "load": load,
+            "options": {
+                "half_life_h": args.half_life_hours,
+                "checkpoint_min": args.checkpoint_minutes,
+                "grace_s": args.grace_seconds,
+                "window_h": args.window_hours,
+                "settle": args.settle,
+                "limit": args.limit,
+                "days": args.days,
+                "skip_days": args.skip_days,
+            },
+            "scheduling_source_sha256": scheduling_digest(),
+            "results": results,
+            "ratio_cellscale_fifo": (
+                {k: ratio(results["cellscale"][k], results["fifo"][k]) for k, _ in keys} if both else {}
+            ),
+            "wall_s": wall,
+        },
+    )
 
 
 if __name__ == "__main__":

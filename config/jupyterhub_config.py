@@ -38,8 +38,9 @@ c.JupyterHub.authenticator_class = "shared-password"
 c.SharedPasswordAuthenticator.user_password = os.environ.get("CELLSCALE_DEMO_PASSWORD", "cellscale-demo")
 # Hub admins (the admin page) sign in only with the admin password: JupyterHub wants 32+
 # characters, different from the users' password; without one, `admin` could never sign in.
-c.SharedPasswordAuthenticator.admin_password = os.environ.get("CELLSCALE_DEMO_ADMIN_PASSWORD",
-                                                              "cellscale-demo-admin-password-for-local-use")
+c.SharedPasswordAuthenticator.admin_password = os.environ.get(
+    "CELLSCALE_DEMO_ADMIN_PASSWORD", "cellscale-demo-admin-password-for-local-use"
+)
 c.Authenticator.allowed_users = {user for users in DESKS.values() for user in users} | {"dave"}
 c.Authenticator.admin_users = {"admin"}
 c.JupyterHub.load_groups = {desk: {"users": users} for desk, users in DESKS.items()}
@@ -60,7 +61,11 @@ c.JupyterHub.custom_scopes = SCOPES
 c.JupyterHub.load_roles = [
     {"name": "user", "scopes": ["self", *USER_SCOPES]},
     {"name": "cellscale-admins", "users": ["admin"], "scopes": ["custom:cellscale:admin", *USER_SCOPES]},
-    {"name": "cellscale-service", "services": [SERVICE], "scopes": ["read:users", "read:groups", "list:users", "list:groups"]},
+    {
+        "name": "cellscale-service",
+        "services": [SERVICE],
+        "scopes": ["read:users", "read:groups", "list:users", "list:groups"],
+    },
 ]
 
 c.JupyterHub.services = [

@@ -20,10 +20,14 @@ class CellscaleServerApp(ExtensionApp):
     name = "cellscale_server"
 
     control_plane_url = Unicode(help="The control plane's URL (default: $CELLSCALE_URL).").tag(config=True)
-    control_plane_token = Unicode(help="Token for the control plane (default: $CELLSCALE_TOKEN, "
-                                       "else $JUPYTERHUB_API_TOKEN).").tag(config=True)
-    jobs_poll_interval_s = Float(1.0, help="How often the job-list websocket asks the control plane for the "
-                                           "list, in seconds; it pushes only when the list changed.").tag(config=True)
+    control_plane_token = Unicode(
+        help="Token for the control plane (default: $CELLSCALE_TOKEN, else $JUPYTERHUB_API_TOKEN)."
+    ).tag(config=True)
+    jobs_poll_interval_s = Float(
+        1.0,
+        help="How often the job-list websocket asks the control plane for the "
+        "list, in seconds; it pushes only when the list changed.",
+    ).tag(config=True)
 
     @default("control_plane_url")
     def _url(self) -> str:

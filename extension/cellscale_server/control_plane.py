@@ -46,11 +46,16 @@ def _unreachable(exc: httpx.HTTPError) -> ControlPlaneError:
 
 
 class ControlPlaneClient:
-    def __init__(self, url: str, token: str, timeout_s: float = 10.0,
-                 transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(
+        self, url: str, token: str, timeout_s: float = 10.0, transport: httpx.AsyncBaseTransport | None = None
+    ):
         self.url = url
-        self._client = httpx.AsyncClient(base_url=url.rstrip("/") + "/", timeout=timeout_s, transport=transport,
-                                         headers={"Authorization": f"token {token}"})
+        self._client = httpx.AsyncClient(
+            base_url=url.rstrip("/") + "/",
+            timeout=timeout_s,
+            transport=transport,
+            headers={"Authorization": f"token {token}"},
+        )
 
     async def request(self, method: str, path: str, params: Mapping[str, str] | None = None) -> httpx.Response:
         """`path` is relative to the control plane's root (`api/jobs`); any status comes back."""
@@ -92,9 +97,13 @@ class ControlPlaneClient:
     async def _stream(self, job_id: str, offset: int) -> AsyncIterator[LogChunk]:
         """One server-sent-events request; yields each event's LogChunk until the stream ends."""
         timeout = httpx.Timeout(10.0, read=60.0)  # the control plane sends a keepalive every 15 s
-        async with self._client.stream("GET", f"api/jobs/{job_id}/logs", params={"offset": offset, "follow": "true"},
-                                       headers={"Last-Event-ID": str(offset), "Accept": "text/event-stream"},
-                                       timeout=timeout) as response:
+        async with self._client.stream(
+            "GET",
+            f"api/jobs/{job_id}/logs",
+            params={"offset": offset, "follow": "true"},
+            headers={"Last-Event-ID": str(offset), "Accept": "text/event-stream"},
+            timeout=timeout,
+        ) as response:
             if response.status_code != 200:
                 body = await response.aread()
                 raise ControlPlaneError(response.status_code, body, error_detail(response.status_code, body))

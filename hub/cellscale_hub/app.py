@@ -43,7 +43,9 @@ class ControlPlane(Application):
     description = "The cellscale control plane: jobs, admission, backends."
 
     config_file = Unicode("", help="Python config file to load.").tag(config=True)
-    data_dir = Unicode(help="Where the control plane keeps its SQLite store, job directories and bundles.").tag(config=True)
+    data_dir = Unicode(help="Where the control plane keeps its SQLite store, job directories and bundles.").tag(
+        config=True
+    )
     db_url = Unicode(
         help="""SQLAlchemy URL of the store. Default: SQLite (WAL) in data_dir. Production:
         postgresql+psycopg://user:pass@host/db.""",
@@ -57,20 +59,39 @@ class ControlPlane(Application):
         help="""Backends by name. A value is a driver name ("local", or a dotted class path), or a
         dict {"driver": NAME, **traits} to configure several backends of one kind.""",
     ).tag(config=True)
-    tenants_file = Unicode("", help="""YAML file of flavors, cohorts, cluster queues, tenants and priority classes
+    tenants_file = Unicode(
+        "",
+        help="""YAML file of flavors, cohorts, cluster queues, tenants and priority classes
         (see cellscale_hub.tenancy). It seeds an empty database; after that the admin API and page
-        are the source of truth, unless reseed_tenancy is set.""").tag(config=True)
-    reseed_tenancy = Bool(False, help="""Apply tenants_file again at start, as a new audited revision that
-        replaces what admins changed since.""").tag(config=True)
-    preemption_grace = Float(30.0, help="""Seconds between a preemption warning (SIGUSR1 to the job) and
-        its stop: the time a victim has to checkpoint.""").tag(config=True)
-    heartbeat_timeout = Float(60.0, help="""Seconds without a heartbeat from any node of a running attempt
-        before it counts as hung (an infrastructure fault: stopped and retried).""").tag(config=True)
-    fair_share_half_life = Float(3600.0, help="""Seconds after which past GPU use counts half in fair share;
-        0: only current use counts.""").tag(config=True)
+        are the source of truth, unless reseed_tenancy is set.""",
+    ).tag(config=True)
+    reseed_tenancy = Bool(
+        False,
+        help="""Apply tenants_file again at start, as a new audited revision that
+        replaces what admins changed since.""",
+    ).tag(config=True)
+    preemption_grace = Float(
+        30.0,
+        help="""Seconds between a preemption warning (SIGUSR1 to the job) and
+        its stop: the time a victim has to checkpoint.""",
+    ).tag(config=True)
+    heartbeat_timeout = Float(
+        60.0,
+        help="""Seconds without a heartbeat from any node of a running attempt
+        before it counts as hung (an infrastructure fault: stopped and retried).""",
+    ).tag(config=True)
+    fair_share_half_life = Float(
+        3600.0,
+        help="""Seconds after which past GPU use counts half in fair share;
+        0: only current use counts.""",
+    ).tag(config=True)
     personal = Bool(False, help="Run as a personal control plane: no hub, one user, a static token.").tag(config=True)
-    ip = Unicode("127.0.0.1", help="Address to listen on (as a hub service: from JUPYTERHUB_SERVICE_URL).").tag(config=True)
-    port = Integer(0, help="Port to listen on; 0 picks a free one (as a hub service: from JUPYTERHUB_SERVICE_URL).").tag(config=True)
+    ip = Unicode("127.0.0.1", help="Address to listen on (as a hub service: from JUPYTERHUB_SERVICE_URL).").tag(
+        config=True
+    )
+    port = Integer(
+        0, help="Port to listen on; 0 picks a free one (as a hub service: from JUPYTERHUB_SERVICE_URL)."
+    ).tag(config=True)
     poll_interval = Float(0.5, help="Seconds between reconcile cycles.").tag(config=True)
     service_name = Unicode(help="The hub service name (from JUPYTERHUB_SERVICE_NAME).").tag(config=True)
 
@@ -158,9 +179,17 @@ class ControlPlane(Application):
         store.migrate()
         drivers = self.make_drivers()
         tenancy = self.make_tenancy(store, drivers)
-        controller = Controller(store, drivers, jobs_root, bundles_root, tenancy, interval=self.poll_interval,
-                                preemption_grace_s=self.preemption_grace, fair_share_half_life_s=self.fair_share_half_life,
-                                heartbeat_timeout_s=self.heartbeat_timeout)
+        controller = Controller(
+            store,
+            drivers,
+            jobs_root,
+            bundles_root,
+            tenancy,
+            interval=self.poll_interval,
+            preemption_grace_s=self.preemption_grace,
+            fair_share_half_life_s=self.fair_share_half_life,
+            heartbeat_timeout_s=self.heartbeat_timeout,
+        )
         sock = self.listen_socket()
         if self.personal:
             token = secrets.token_urlsafe(32)
@@ -169,11 +198,23 @@ class ControlPlane(Application):
             hub_oauth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)
             identity = HubIdentity(hub_oauth, self.service_name)
             prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
-        settings = Settings(fair_share_half_life_s=self.fair_share_half_life, preemption_grace_s=self.preemption_grace,
-                            heartbeat_timeout_s=self.heartbeat_timeout)
-        ctx = Context(store=store, wake=controller.wake, drivers=drivers, tenancy=tenancy, identity=identity,
-                      jobs_root=jobs_root, bundles_root=bundles_root, prefix=prefix, settings=settings,
-                      hub_oauth=hub_oauth)
+        settings = Settings(
+            fair_share_half_life_s=self.fair_share_half_life,
+            preemption_grace_s=self.preemption_grace,
+            heartbeat_timeout_s=self.heartbeat_timeout,
+        )
+        ctx = Context(
+            store=store,
+            wake=controller.wake,
+            drivers=drivers,
+            tenancy=tenancy,
+            identity=identity,
+            jobs_root=jobs_root,
+            bundles_root=bundles_root,
+            prefix=prefix,
+            settings=settings,
+            hub_oauth=hub_oauth,
+        )
         app = build_app(ctx)
         controller.start()
         host, port = sock.getsockname()[:2]
@@ -181,7 +222,12 @@ class ControlPlane(Application):
         _write_private(data / "control-plane.pid", str(os.getpid()))
         if self.personal:
             _write_private(data / "server.json", json.dumps({"url": url, "token": token, "pid": os.getpid()}))
-        self.log.info("cellscale control plane on %s (store %s, backends %s)", url, store.engine.url.render_as_string(), list(drivers))
+        self.log.info(
+            "cellscale control plane on %s (store %s, backends %s)",
+            url,
+            store.engine.url.render_as_string(),
+            list(drivers),
+        )
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False))
         try:
             server.run(sockets=[sock])

@@ -95,7 +95,8 @@ class HubIdentity(Identity):
             return cached[1], cached[2]
         response = httpx.get(
             f"{self.hub_auth.api_url.rstrip('/')}/users/{name}",
-            headers={"Authorization": f"token {self.hub_auth.api_token}"}, timeout=10,
+            headers={"Authorization": f"token {self.hub_auth.api_token}"},
+            timeout=10,
         )
         response.raise_for_status()
         model = response.json()

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 from sqlalchemy import select
@@ -24,9 +26,8 @@ from cellscale_hub.lifecycle import outcome_of
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.scheduling.admission import Admission, Preemption, schedule
 from cellscale_hub.scheduling.capacity import allocate
-from cellscale_hub.store import Store
+from cellscale_hub.store import Store, usage
 from cellscale_hub.store import jobs as q
-from cellscale_hub.store import usage
 from cellscale_hub.store.models import Attempt, Job, utcnow
 from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy
@@ -35,10 +36,19 @@ log = logging.getLogger("cellscale.controller")
 
 
 class Controller:
-    def __init__(self, store: Store, drivers: dict[str, Driver], jobs_root: Path, bundles_root: Path,
-                 tenancy: TenancyBook, interval: float = 0.5, launches_per_cycle: int = 16,
-                 preemption_grace_s: float = 30.0, fair_share_half_life_s: float = 3600.0,
-                 heartbeat_timeout_s: float = 60.0):
+    def __init__(
+        self,
+        store: Store,
+        drivers: dict[str, Driver],
+        jobs_root: Path,
+        bundles_root: Path,
+        tenancy: TenancyBook,
+        interval: float = 0.5,
+        launches_per_cycle: int = 16,
+        preemption_grace_s: float = 30.0,
+        fair_share_half_life_s: float = 3600.0,
+        heartbeat_timeout_s: float = 60.0,
+    ):
         self.store = store
         self.drivers = drivers
         self.jobs_root = jobs_root
@@ -83,22 +93,21 @@ class Controller:
     def cycle(self) -> None:
         for name, driver in self.drivers.items():
             for step in (self.mirror_tenancy, self.send_cancels, self.reconcile):
-                self._isolated(step, name, driver)
+                self._isolated(step.__name__, name, partial(step, name, driver))
         try:
             launches = self.admit()
         except Exception:
             log.exception("admission failed; nothing was admitted this cycle")
             launches = []
         for job, attempt in launches:
-            self._isolated(lambda name, driver: self.launch(driver, job, attempt), job.backend, self.drivers[job.backend])
+            self._isolated("launch", job.backend, partial(self.launch, self.drivers[job.backend], job, attempt))
 
     @staticmethod
-    def _isolated(step, name: str, driver: Driver) -> None:
+    def _isolated(what: str, backend: str, call: Callable[[], object]) -> None:
         try:
-            step(name, driver)
+            call()
         except Exception:  # a backend that does not answer must not stall the others
-            log.exception("%s on backend %s failed; its attempts keep their last known state",
-                          getattr(step, "__name__", "launch"), name)
+            log.exception("%s on backend %s failed; its attempts keep their last known state", what, backend)
 
     def ref(self, job: Job, attempt: Attempt) -> AttemptRef:
         return attempt_ref(self.jobs_root, job, attempt)
@@ -120,8 +129,9 @@ class Controller:
         with self.store.session() as session:
             if not q.has_pending(session):
                 return []
-            snap = usage.snapshot(session, tenancy, flavor_capacities(tenancy, self.drivers), now,
-                                  self.fair_share_half_life_s)
+            snap = usage.snapshot(
+                session, tenancy, flavor_capacities(tenancy, self.drivers), now, self.fair_share_half_life_s
+            )
         if not snap.pending:
             return []
         decision = schedule(snap)
@@ -141,12 +151,15 @@ class Controller:
                     warnings.append(warning)
             self._record_reasons(session, decision)
         for backend, ref in warnings:
-            self._isolated(lambda name, driver: driver.warn(ref), backend, self.drivers[backend])
+            self._isolated("warn", backend, partial(self.drivers[backend].warn, ref))
         return launches
 
     def _gpu_ids_in_use(self, session) -> dict[str, list[int]]:
-        return {name: [g for a in q.active_attempts(session, name) for g in (a.gpu_ids or [])]
-                for name, driver in self.drivers.items() if driver.assigns_gpu_ids}
+        return {
+            name: [g for a in q.active_attempts(session, name) for g in (a.gpu_ids or [])]
+            for name, driver in self.drivers.items()
+            if driver.assigns_gpu_ids
+        }
 
     def _admit_one(self, session, tenancy: Tenancy, grant: Admission, in_use: dict[str, list[int]]):
         job = session.get(Job, grant.job_id)
@@ -161,12 +174,19 @@ class Controller:
                 return None  # quota says yes, the machine is still busy: next cycle
             in_use[backend].extend(gpu_ids)
         job.backend, job.flavor, job.borrowed, job.pending = backend, grant.flavor, grant.borrowed, None
-        attempt = Attempt(job_id=job.id, number=len(job.attempts) + 1, backend=backend,
-                          state=AttemptState.SUBMITTING, gpu_ids=gpu_ids)
+        attempt = Attempt(
+            job_id=job.id, number=len(job.attempts) + 1, backend=backend, state=AttemptState.SUBMITTING, gpu_ids=gpu_ids
+        )
         job.attempts.append(attempt)
         borrowing = f", {grant.borrowed} borrowed from the cohort" if grant.borrowed else ""
-        q.transition(session, job, Phase.ADMITTED, EventReason.QuotaReserved, attempt=attempt.number,
-                     message=f"{job.gpus} {grant.flavor} GPU(s) reserved in {job.cluster_queue}{borrowing}")
+        q.transition(
+            session,
+            job,
+            Phase.ADMITTED,
+            EventReason.QuotaReserved,
+            attempt=attempt.number,
+            message=f"{job.gpus} {grant.flavor} GPU(s) reserved in {job.cluster_queue}{borrowing}",
+        )
         return job, attempt
 
     def _start_preemption(self, session, preemption: Preemption, now):
@@ -176,9 +196,15 @@ class Controller:
         job.preempt_deadline = now + timedelta(seconds=self.preemption_grace_s)
         job.preempt_reason = preemption.reason
         attempt = job.attempts[-1]
-        q.add_event(session, job, kind=EventKind.PREEMPTION, attempt=attempt.number, reason=EventReason.Preempting,
-                    message=f"{preemption.reason}; warned, stopping in {self.preemption_grace_s:.0f} s "
-                            "(checkpoint now to lose nothing)")
+        q.add_event(
+            session,
+            job,
+            kind=EventKind.PREEMPTION,
+            attempt=attempt.number,
+            reason=EventReason.Preempting,
+            message=f"{preemption.reason}; warned, stopping in {self.preemption_grace_s:.0f} s "
+            "(checkpoint now to lose nothing)",
+        )
         return job.backend, self.ref(job, attempt)
 
     @staticmethod
@@ -208,11 +234,19 @@ class Controller:
             attempt = session.get(Attempt, attempt.id)
             attempt.backend_ref, attempt.submitted_at = backend_ref, utcnow()
             if error:
-                self._end_attempt(session, job, attempt, Observation(AttemptState.FAILED, reason=f"submit failed: {error}"))
+                self._end_attempt(
+                    session, job, attempt, Observation(AttemptState.FAILED, reason=f"submit failed: {error}")
+                )
                 return
             attempt.state = AttemptState.STARTING
-            q.transition(session, job, Phase.STARTING, EventReason.Submitted, attempt=attempt.number,
-                         message=f"submitted to {driver.name} as {backend_ref}")
+            q.transition(
+                session,
+                job,
+                Phase.STARTING,
+                EventReason.Submitted,
+                attempt=attempt.number,
+                message=f"submitted to {driver.name} as {backend_ref}",
+            )
 
     def reconcile(self, backend: str, driver: Driver) -> None:
         with self.store.session() as session:
@@ -233,7 +267,9 @@ class Controller:
                 why = self._hung(obs, attempt, ref.spec.stall_timeout_s)
                 if why is not None:
                     hung.append(ref)
-                    obs = Observation(AttemptState.LOST, fault=Fault.INFRASTRUCTURE, heartbeat=obs.heartbeat, reason=why)
+                    obs = Observation(
+                        AttemptState.LOST, fault=Fault.INFRASTRUCTURE, heartbeat=obs.heartbeat, reason=why
+                    )
                 self._observe(session, job, attempt, obs)
         for ref in hung:
             driver.cancel(ref)  # stop what is left of it; its retry is a new attempt
@@ -262,12 +298,17 @@ class Controller:
             attempt.last_step, attempt.last_step_at = obs.step, utcnow()
         self._note_resume(session, job, attempt, obs)
         if obs.checkpoint:  # victims are chosen by the work they would lose since their last checkpoint
-            attempt.last_checkpoint_at = datetime.fromtimestamp(obs.checkpoint.wall_time, timezone.utc)
+            attempt.last_checkpoint_at = datetime.fromtimestamp(obs.checkpoint.wall_time, UTC)
         if obs.state is AttemptState.UNKNOWN:
             if attempt.state is not AttemptState.UNKNOWN:
-                q.add_event(session, job, kind=EventKind.ATTEMPT, attempt=attempt.number,
-                            reason=EventReason.BackendUnknown,
-                            message=obs.reason or "the backend did not report this attempt; keeping it")
+                q.add_event(
+                    session,
+                    job,
+                    kind=EventKind.ATTEMPT,
+                    attempt=attempt.number,
+                    reason=EventReason.BackendUnknown,
+                    message=obs.reason or "the backend did not report this attempt; keeping it",
+                )
             attempt.state = AttemptState.UNKNOWN
             return
         if obs.state.ended:
@@ -284,32 +325,59 @@ class Controller:
         if job.phase is outcome.phase:
             job.reason = outcome.reason  # e.g. Slurm's own reason for waiting changed
         else:
-            q.transition(session, job, outcome.phase, EventReason.of_phase(outcome.phase), attempt=attempt.number,
-                         message=outcome.reason)
+            q.transition(
+                session,
+                job,
+                outcome.phase,
+                EventReason.of_phase(outcome.phase),
+                attempt=attempt.number,
+                message=outcome.reason,
+            )
 
     def _end_attempt(self, session, job: Job, attempt: Attempt, obs: Observation) -> None:
         attempt.state, attempt.exit_code, attempt.end_reason = obs.state, obs.exit_code, obs.reason
         attempt.ended_at = utcnow()
         attempt.failed_nodes = list(obs.failed_nodes)
-        preempted = job.preempt_deadline is not None and not job.cancel_requested and obs.state is not AttemptState.SUCCEEDED
+        preempted = (
+            job.preempt_deadline is not None and not job.cancel_requested and obs.state is not AttemptState.SUCCEEDED
+        )
         fault = Fault.PREEMPTION if preempted else (None if job.cancel_requested else obs.fault)
         attempt.fault = fault
-        q.add_event(session, job, kind=EventKind.ATTEMPT, attempt=attempt.number,
-                    reason=EventReason.Preempted if preempted else EventReason.of_attempt_end(obs.state),
-                    message=obs.reason)
+        q.add_event(
+            session,
+            job,
+            kind=EventKind.ATTEMPT,
+            attempt=attempt.number,
+            reason=EventReason.Preempted if preempted else EventReason.of_attempt_end(obs.state),
+            message=obs.reason,
+        )
         if preempted:
             attempt.end_reason = f"preempted: {job.preempt_reason}"
-            self._requeue(session, job, attempt, EventReason.Preempted, job.preempt_reason,
-                          "requeued after preemption; the next attempt resumes from its checkpoint")
+            self._requeue(
+                session,
+                job,
+                attempt,
+                EventReason.Preempted,
+                job.preempt_reason,
+                "requeued after preemption; the next attempt resumes from its checkpoint",
+            )
             return
-        verdict = decide(JobSpec.model_validate(job.spec).retries, fault,
-                         [a.fault for a in job.attempts if a is not attempt]) if fault else None
+        verdict = (
+            decide(JobSpec.model_validate(job.spec).retries, fault, [a.fault for a in job.attempts if a is not attempt])
+            if fault
+            else None
+        )
         if verdict and verdict.retry and not job.phase.terminal:
             job.excluded_nodes = sorted(set(job.excluded_nodes or []) | set(obs.failed_nodes))
             avoid = f"; avoiding {', '.join(job.excluded_nodes)}" if obs.failed_nodes else ""
-            self._requeue(session, job, attempt, EventReason.Retrying, f"{obs.reason} ({verdict.words(fault)})",
-                          f"retry after {fault.words}{avoid}; the next attempt resumes from the "
-                          "newest verified checkpoint")
+            self._requeue(
+                session,
+                job,
+                attempt,
+                EventReason.Retrying,
+                f"{obs.reason} ({verdict.words(fault)})",
+                f"retry after {fault.words}{avoid}; the next attempt resumes from the newest verified checkpoint",
+            )
             return
         outcome = outcome_of(obs.state, obs.reason, job.cancel_requested)
         if outcome is None or job.phase.terminal:
@@ -317,8 +385,9 @@ class Controller:
         if outcome.phase is Phase.SUCCEEDED:
             job.result_available = obs.result
         message = f"{outcome.reason} ({verdict.words(fault)})" if verdict else outcome.reason
-        q.transition(session, job, outcome.phase, EventReason.of_job_end(obs.state), attempt=attempt.number,
-                     message=message)
+        q.transition(
+            session, job, outcome.phase, EventReason.of_job_end(obs.state), attempt=attempt.number, message=message
+        )
 
     @staticmethod
     def _note_resume(session, job: Job, attempt: Attempt, obs: Observation) -> None:
@@ -329,12 +398,16 @@ class Controller:
             return
         attempt.resumed_step = resume.step
         skipped = "; ".join(f"skipped step {s.step}: {s.reason}" for s in resume.skipped)
-        q.add_event(session, job, kind=EventKind.CHECKPOINT, attempt=attempt.number,
-                    reason=EventReason.ResumedWithFallback if skipped else EventReason.Resumed,
-                    message=f"resumed from the checkpoint of step {resume.step}" + (f" ({skipped})" if skipped else ""))
+        q.add_event(
+            session,
+            job,
+            kind=EventKind.CHECKPOINT,
+            attempt=attempt.number,
+            reason=EventReason.ResumedWithFallback if skipped else EventReason.Resumed,
+            message=f"resumed from the checkpoint of step {resume.step}" + (f" ({skipped})" if skipped else ""),
+        )
 
-    def _requeue(self, session, job: Job, attempt: Attempt, why: EventReason, detail: str | None,
-                 words: str) -> None:
+    def _requeue(self, session, job: Job, attempt: Attempt, why: EventReason, detail: str | None, words: str) -> None:
         """Back to the queue (keeping its submit time, so its place): a preempted job, or one
         whose fault has retries left. Its quota is released until it is admitted again."""
         if job.phase is not Phase.ADMITTED:
@@ -355,4 +428,3 @@ class Controller:
             if ref.key not in self._cancel_sent:
                 self._cancel_sent.add(ref.key)
                 driver.cancel(ref)
-

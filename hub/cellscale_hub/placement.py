@@ -49,8 +49,10 @@ class Placement:
 def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec: JobSpec) -> Placement:
     """Resolve and check a submit; raises a `Refused` subclass."""
     if who.tenant is None:
-        raise NoTenant(f"user {who.user} is in no tenant group; ask an admin to add you to a desk "
-                       f"(tenants: {', '.join(sorted(tenancy.tenants))})")
+        raise NoTenant(
+            f"user {who.user} is in no tenant group; ask an admin to add you to a desk "
+            f"(tenants: {', '.join(sorted(tenancy.tenants))})"
+        )
     try:
         queue, cluster_queue = tenancy.resolve_queue(who.tenant, spec.queue)
         priority = tenancy.priority_of(spec.priority)
@@ -65,14 +67,17 @@ def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec:
         raise NeverFits(str(exc)) from exc
     best = never_fits(tenancy, cluster_queue, flavors, spec.resources.gpus)
     if best is not None:
-        raise NeverFits(f"{spec.resources.gpus} GPUs can never be admitted: queue {cluster_queue} can get at most "
-                        f"{best.gpus} {best.flavor} GPUs (nominal {best.nominal} + {best.borrowable} borrowable "
-                        f"from its cohort); ask for at most --gpus {best.gpus}, or ask an admin to raise the quota")
+        raise NeverFits(
+            f"{spec.resources.gpus} GPUs can never be admitted: queue {cluster_queue} can get at most "
+            f"{best.gpus} {best.flavor} GPUs (nominal {best.nominal} + {best.borrowable} borrowable "
+            f"from its cohort); ask for at most --gpus {best.gpus}, or ask an admin to raise the quota"
+        )
     return Placement(who.tenant, queue, cluster_queue, priority, backend, spec)
 
 
-def _backend(tenancy: Tenancy, drivers: Mapping[str, Driver], queue: str, cluster_queue: str,
-             asked: str | None) -> tuple[str, list[str]]:
+def _backend(
+    tenancy: Tenancy, drivers: Mapping[str, Driver], queue: str, cluster_queue: str, asked: str | None
+) -> tuple[str, list[str]]:
     """The backend the job runs on (the one asked for, else the queue's first flavor's) and
     the queue's flavors there."""
     if asked is not None and asked not in drivers:
@@ -82,6 +87,8 @@ def _backend(tenancy: Tenancy, drivers: Mapping[str, Driver], queue: str, cluste
     flavors = [f for f in usable if tenancy.flavors[f].backend == backend]
     if not flavors:
         on = f" on backend {asked!r}" if asked else ""
-        raise NoQuota(f"queue {queue} ({cluster_queue}) has no quota{on}; its flavors: "
-                      f"{', '.join(f'{f} ({tenancy.flavors[f].backend})' for f in usable) or 'none'}")
+        raise NoQuota(
+            f"queue {queue} ({cluster_queue}) has no quota{on}; its flavors: "
+            f"{', '.join(f'{f} ({tenancy.flavors[f].backend})' for f in usable) or 'none'}"
+        )
     return backend, flavors

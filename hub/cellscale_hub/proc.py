@@ -25,13 +25,22 @@ def spawn_detached(argv: Sequence[str], *, cwd: Path, log: Path, env: Mapping[st
     """Start a process in its own session, so it outlives the control plane."""
     with open(log, "ab") as out:
         return subprocess.Popen(
-            list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 
-def run(argv: Sequence[str], *, timeout: float = 30, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: Sequence[str], *, timeout: float = 30, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run a command to completion and capture its output (for scheduler CLIs)."""
     if not shutil.which(argv[0]) and not Path(argv[0]).exists():
         raise FileNotFoundError(f"{argv[0]} is not installed or not on PATH")
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=None if env is None else dict(env), check=False)
+    return subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=timeout, env=None if env is None else dict(env), check=False
+    )

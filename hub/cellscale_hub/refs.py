@@ -12,7 +12,14 @@ from cellscale_hub.store.models import Attempt, Job
 
 def attempt_ref(jobs_root: Path, job: Job, attempt: Attempt) -> AttemptRef:
     return AttemptRef(
-        job_id=job.id, number=attempt.number, job_dir=jobs_root / job.id, spec=JobSpec.model_validate(job.spec),
-        gpu_ids=tuple(attempt.gpu_ids or ()), backend_ref=attempt.backend_ref, submitted_at=attempt.submitted_at,
-        owner=job.owner, tenant=job.tenant, excluded_nodes=tuple(job.excluded_nodes or ()),
+        job_id=job.id,
+        number=attempt.number,
+        job_dir=jobs_root / job.id,
+        spec=JobSpec.model_validate(job.spec),
+        gpu_ids=tuple(attempt.gpu_ids or ()),
+        backend_ref=attempt.backend_ref,
+        submitted_at=attempt.submitted_at,
+        owner=job.owner,
+        tenant=job.tenant,
+        excluded_nodes=tuple(job.excluded_nodes or ()),
     )

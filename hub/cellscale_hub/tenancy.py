@@ -35,10 +35,12 @@ class Flavor(Strict):
 class Quota(Strict):
     nominal: int = Field(ge=0, description="GPUs guaranteed to this queue.")
     borrowing_limit: int | None = Field(None, ge=0, description="Most GPUs it may borrow; absent: no limit.")
-    lending_limit: int | None = Field(None, ge=0, description="Most of its nominal GPUs others may borrow; absent: all.")
+    lending_limit: int | None = Field(
+        None, ge=0, description="Most of its nominal GPUs others may borrow; absent: all."
+    )
 
     @model_validator(mode="after")
-    def _lending_within_nominal(self) -> "Quota":
+    def _lending_within_nominal(self) -> Quota:
         if self.lending_limit is not None and self.lending_limit > self.nominal:
             raise ValueError(f"lending_limit {self.lending_limit} exceeds nominal {self.nominal}")
         return self
@@ -72,10 +74,12 @@ class Tenancy(Strict):
     cohorts: dict[str, Cohort] = Field(default_factory=dict)
     cluster_queues: dict[str, ClusterQueue] = Field(default_factory=dict)
     tenants: dict[str, Tenant] = Field(default_factory=dict)
-    priority_classes: dict[str, int] = Field(default_factory=lambda: {"low": -100, DEFAULT_PRIORITY_CLASS: 0, "high": 100})
+    priority_classes: dict[str, int] = Field(
+        default_factory=lambda: {"low": -100, DEFAULT_PRIORITY_CLASS: 0, "high": 100}
+    )
 
     @model_validator(mode="after")
-    def _references_resolve(self) -> "Tenancy":
+    def _references_resolve(self) -> Tenancy:
         for name, cohort in self.cohorts.items():
             if cohort.parent is not None and cohort.parent not in self.cohorts:
                 raise ValueError(f"cohort {name!r}: parent {cohort.parent!r} is not a cohort")
@@ -86,24 +90,27 @@ class Tenancy(Strict):
                 raise ValueError(f"cluster queue {name!r}: cohort {cq.cohort!r} is not defined")
             for flavor in cq.quotas:
                 if flavor not in self.flavors:
-                    raise ValueError(f"cluster queue {name!r}: flavor {flavor!r} is not defined "
-                                     f"(flavors: {', '.join(sorted(self.flavors))})")
+                    raise ValueError(
+                        f"cluster queue {name!r}: flavor {flavor!r} is not defined "
+                        f"(flavors: {', '.join(sorted(self.flavors))})"
+                    )
         for tenant, config in self.tenants.items():
             for queue, local in config.queues.items():
                 if local.cluster_queue not in self.cluster_queues:
-                    raise ValueError(f"tenant {tenant!r} queue {queue!r}: cluster queue {local.cluster_queue!r} "
-                                     "is not defined")
+                    raise ValueError(
+                        f"tenant {tenant!r} queue {queue!r}: cluster queue {local.cluster_queue!r} is not defined"
+                    )
         if DEFAULT_PRIORITY_CLASS not in self.priority_classes:
             raise ValueError(f"priority_classes must define {DEFAULT_PRIORITY_CLASS!r}")
         return self
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def from_yaml(cls, text: str) -> "Tenancy":
+    def from_yaml(cls, text: str) -> Tenancy:
         return cls.model_validate(yaml.safe_load(text) or {})
 
     @classmethod
-    def single(cls, tenant: str, capacities: dict[str, int]) -> "Tenancy":
+    def single(cls, tenant: str, capacities: dict[str, int]) -> Tenancy:
         """One tenant owning every backend's whole capacity (a personal control plane)."""
         return cls(
             flavors={backend: Flavor(backend=backend) for backend in capacities},
@@ -131,7 +138,11 @@ class Tenancy(Strict):
 
     def flavors_for(self, cluster_queue: str, backend: str | None = None) -> list[str]:
         """The queue's flavors in the order admission tries them, optionally on one backend."""
-        return [f for f in self.cluster_queues[cluster_queue].quotas if backend is None or self.flavors[f].backend == backend]
+        return [
+            f
+            for f in self.cluster_queues[cluster_queue].quotas
+            if backend is None or self.flavors[f].backend == backend
+        ]
 
     def fair_share_path(self, cluster_queue: str) -> list[str]:
         """Node names from the root down to the queue: cohorts as `cohort:NAME`, then `cq:NAME`."""

@@ -1,7 +1,7 @@
 """cellscale: run a notebook cell as a gang-scheduled cluster job.
 
-    %load_ext cellscale
-    %%cluster --gpus 2 --launcher torchrun --outputs loss
+%load_ext cellscale
+%%cluster --gpus 2 --launcher torchrun --outputs loss
 """
 
 __version__ = "0.1.0"

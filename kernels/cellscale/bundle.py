@@ -15,7 +15,9 @@ def pack_inputs(namespace: dict, names: list[str], limit: int = MAX_INPUTS_BYTES
     """Pickle the named variables; the message of any failure names the variable and the fix."""
     missing = [name for name in names if name not in namespace]
     if missing:
-        raise InputError(f"--inputs names {', '.join(missing)}, not defined in this notebook; run the cell that defines it first")
+        raise InputError(
+            f"--inputs names {', '.join(missing)}, not defined in this notebook; run the cell that defines it first"
+        )
     sizes, parts = {}, {}
     for name in names:
         try:

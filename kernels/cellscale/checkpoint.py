@@ -67,8 +67,9 @@ from cellscale.runtime.records import Checkpoint, ResumeReport, Skipped
 
 MANIFEST = "MANIFEST.json"
 # Single-process saves and loads are a normal case here, not a mistake worth a warning per process.
-warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized",
-                        category=UserWarning)
+warnings.filterwarnings(
+    "ignore", message="torch.distributed is disabled, unavailable or uninitialized", category=UserWarning
+)
 TMP_PREFIX = ".tmp-step-"
 _STEP_DIR = re.compile(r"step-(\d+)")
 log = logging.getLogger(__name__)
@@ -129,8 +130,9 @@ def record_resume(resume: Resume) -> None:
     env = JobEnvironment.current()
     if not env.job_dir or resume.checkpoint is None:
         return
-    report = ResumeReport(step=resume.checkpoint.step, url=resume.checkpoint.url, at=time.time(),
-                          skipped=resume.skipped)
+    report = ResumeReport(
+        step=resume.checkpoint.step, url=resume.checkpoint.url, at=time.time(), skipped=resume.skipped
+    )
     JobDir(env.job_dir).write_resume(env.attempt, report)
 
 
@@ -143,9 +145,11 @@ class _Group:
         distributed = dist.is_available() and dist.is_initialized()
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world > 1 and not distributed:
-            raise CheckpointError(f"this job has {world} ranks but torch.distributed is not initialized: call "
-                                  "torch.distributed.init_process_group() before creating the Checkpointer, so the "
-                                  "ranks write one checkpoint together instead of each its own")
+            raise CheckpointError(
+                f"this job has {world} ranks but torch.distributed is not initialized: call "
+                "torch.distributed.init_process_group() before creating the Checkpointer, so the "
+                "ranks write one checkpoint together instead of each its own"
+            )
         self.pg = dist.new_group(backend="gloo") if distributed else None
         # maybe_save's per-step agreement runs on the training thread while an async save's
         # collectives run on the background thread: on one group their messages interleave
@@ -180,9 +184,14 @@ class Checkpointer:
     latest_verified() are collective. Only rank 0 commits, prunes and notifies.
     """
 
-    def __init__(self, url: str, keep: int | None = 3, notifier: Notifier = notify_job_dir,
-                 storage_options: dict[str, Any] | None = None,
-                 on_resume: Callable[[Resume], None] = record_resume):
+    def __init__(
+        self,
+        url: str,
+        keep: int | None = 3,
+        notifier: Notifier = notify_job_dir,
+        storage_options: dict[str, Any] | None = None,
+        on_resume: Callable[[Resume], None] = record_resume,
+    ):
         """keep: how many committed checkpoints to keep (None: all). notifier: called on rank 0
         with each committed Checkpoint (on the background thread, for an async save).
         storage_options: passed to fsspec (credentials, endpoint). on_resume: called on rank 0
@@ -201,8 +210,7 @@ class Checkpointer:
         self._pending: Future[Checkpoint] | None = None
 
     # -- saving ----------------------------------------------------------------------------
-    def save(self, step: int, state_dict: dict[str, Any], extra: Any = None,
-             async_: bool = True) -> Future[Checkpoint]:
+    def save(self, step: int, state_dict: dict[str, Any], extra: Any = None, async_: bool = True) -> Future[Checkpoint]:
         """Checkpoint `state_dict` (DCP: tensors, modules, optimizers) and this rank's `extra`
         (pickled) as `step`. Async (the default) returns once the state is copied to host memory,
         so training goes on while it is written; the future resolves when it is committed. One
@@ -253,18 +261,26 @@ class Checkpointer:
 
     def _hash_share(self, directory: str) -> dict[str, FileEntry]:
         self.fs.invalidate_cache(directory)
-        names = sorted(path[len(directory) + 1:] for path in self.fs.find(directory))
-        share = names[self._group.rank::self._group.size]
-        return {name: FileEntry(size=self.fs.size(f"{directory}/{name}"), sha256=self._sha256(f"{directory}/{name}"))
-                for name in share}
+        names = sorted(path[len(directory) + 1 :] for path in self.fs.find(directory))
+        share = names[self._group.rank :: self._group.size]
+        return {
+            name: FileEntry(size=self.fs.size(f"{directory}/{name}"), sha256=self._sha256(f"{directory}/{name}"))
+            for name in share
+        }
 
     def _commit(self, step: int, tmp: str, files: dict[str, FileEntry], started: float) -> Checkpoint:
         final = self._dir(step)
         self._remove(final)  # a crashed write's leftover, or an older save of this same step
         self.fs.mv(tmp, final, recursive=True)
         now = time.time()
-        manifest = Manifest(step=step, wall_time=now, write_s=now - started, world_size=self._group.size,
-                            files=files, versions=_versions())
+        manifest = Manifest(
+            step=step,
+            wall_time=now,
+            write_s=now - started,
+            world_size=self._group.size,
+            files=files,
+            versions=_versions(),
+        )
         self._write(f"{final}/{MANIFEST}", manifest.model_dump_json(indent=1).encode())
         checkpoint = self._describe(manifest)
         self._prune()
@@ -274,7 +290,7 @@ class Checkpointer:
     def _prune(self) -> None:
         """After a commit: delete checkpoints beyond the newest `keep`, and crashed writes."""
         steps = self._steps()
-        stale = steps[:-self.keep] if self.keep else []
+        stale = steps[: -self.keep] if self.keep else []
         for step in stale:
             self._remove(self._dir(step))
         for name in self._names():
@@ -359,7 +375,7 @@ class Checkpointer:
         if manifest.step != step:
             return [f"its manifest is for step {manifest.step}"]
         names = sorted(manifest.files)
-        share = names if all_files else names[self._group.rank::self._group.size]
+        share = names if all_files else names[self._group.rank :: self._group.size]
         return [problem for name in share if (problem := self._problem(step, name, manifest.files[name]))]
 
     def _problem(self, step: int, name: str, expected: FileEntry) -> str | None:
@@ -412,9 +428,13 @@ class Checkpointer:
         return Manifest.model_validate_json(self.fs.cat_file(f"{self._dir(step)}/{MANIFEST}"))
 
     def _describe(self, manifest: Manifest) -> Checkpoint:
-        return Checkpoint(step=manifest.step, url=self._url(self._dir(manifest.step)),
-                          size_bytes=sum(entry.size for entry in manifest.files.values()),
-                          wall_time=manifest.wall_time, write_s=manifest.write_s)
+        return Checkpoint(
+            step=manifest.step,
+            url=self._url(self._dir(manifest.step)),
+            size_bytes=sum(entry.size for entry in manifest.files.values()),
+            wall_time=manifest.wall_time,
+            write_s=manifest.write_s,
+        )
 
     def _write(self, path: str, data: bytes) -> None:
         """Write a whole file: locally through a temporary name and fsync, so a crash leaves the
@@ -436,8 +456,12 @@ class Checkpointer:
 
 
 def _versions() -> dict[str, str]:
-    return {"cellscale": cellscale.__version__, "torch": torch.__version__, "fsspec": fsspec.__version__,
-            "python": platform.python_version()}
+    return {
+        "cellscale": cellscale.__version__,
+        "torch": torch.__version__,
+        "fsspec": fsspec.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def _log_failure(future: Future) -> None:

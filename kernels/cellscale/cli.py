@@ -1,10 +1,10 @@
 """`cellscale`: the command line.
 
-    cellscale serve [control-plane options]      run a control plane (see --help-all)
-    cellscale dev slurm up|down|status           a real multi-node Slurm dev cluster on this machine
-    cellscale submit FILE [%%cluster options]    run a Python file as a job (follows it unless --detach)
-    cellscale list [--scope mine|tenant|all]
-    cellscale status ID | logs ID [-f] | cancel ID
+cellscale serve [control-plane options]      run a control plane (see --help-all)
+cellscale dev slurm up|down|status           a real multi-node Slurm dev cluster on this machine
+cellscale submit FILE [%%cluster options]    run a Python file as a job (follows it unless --detach)
+cellscale list [--scope mine|tenant|all]
+cellscale status ID | logs ID [-f] | cancel ID
 """
 
 from __future__ import annotations

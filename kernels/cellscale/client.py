@@ -16,7 +16,16 @@ import cloudpickle
 import httpx
 
 from cellscale.spec import (
-    BackendView, BundleRef, CheckpointView, EventView, JobPage, JobSpec, JobView, LogChunk, RenderView, WhoAmI,
+    BackendView,
+    BundleRef,
+    CheckpointView,
+    EventView,
+    JobPage,
+    JobSpec,
+    JobView,
+    LogChunk,
+    RenderView,
+    WhoAmI,
 )
 from cellscale.wire import error_detail, log_chunks
 
@@ -37,7 +46,7 @@ class Client:
         self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"token {token}"}, timeout=timeout)
 
     @classmethod
-    def from_env(cls) -> "Client":
+    def from_env(cls) -> Client:
         url = os.environ.get("CELLSCALE_URL")
         if url:
             token = os.environ.get("CELLSCALE_TOKEN") or os.environ.get("JUPYTERHUB_API_TOKEN")
@@ -84,12 +93,16 @@ class Client:
         return JobView.model_validate(response.json())
 
     def render(self, spec: JobSpec) -> RenderView:
-        return RenderView.model_validate(self._call("POST", "api/render", json={"spec": spec.model_dump(mode="json")}).json())
+        return RenderView.model_validate(
+            self._call("POST", "api/render", json={"spec": spec.model_dump(mode="json")}).json()
+        )
 
     def get(self, job_id: str) -> JobView:
         return JobView.model_validate(self._call("GET", f"api/jobs/{job_id}", retries=2).json())
 
-    def list(self, scope: str = "mine", phase: str | None = None, limit: int = 50, cursor: str | None = None) -> JobPage:
+    def list(
+        self, scope: str = "mine", phase: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> JobPage:
         params = {k: v for k, v in {"scope": scope, "phase": phase, "limit": limit, "cursor": cursor}.items() if v}
         return JobPage.model_validate(self._call("GET", "api/jobs", params=params).json())
 
@@ -97,7 +110,10 @@ class Client:
         return JobView.model_validate(self._call("POST", f"api/jobs/{job_id}/cancel", retries=2).json())
 
     def events(self, job_id: str, after: int = 0) -> list[EventView]:
-        return [EventView.model_validate(e) for e in self._call("GET", f"api/jobs/{job_id}/events", params={"after": after}).json()]
+        return [
+            EventView.model_validate(e)
+            for e in self._call("GET", f"api/jobs/{job_id}/events", params={"after": after}).json()
+        ]
 
     def checkpoints(self, job_id: str) -> list[CheckpointView]:
         return [CheckpointView.model_validate(c) for c in self._call("GET", f"api/jobs/{job_id}/checkpoints").json()]
@@ -141,4 +157,3 @@ class Client:
                 response.read()
                 raise ApiError(response.status_code, error_detail(response.status_code, response.content))
             yield from log_chunks(response.iter_lines())
-

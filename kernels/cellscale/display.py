@@ -5,23 +5,31 @@ from __future__ import annotations
 
 import html
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from cellscale.spec import CheckpointView, JobView, Phase
 
 PHASE_COLOURS = {
-    Phase.SUCCEEDED: "#1a7f37", Phase.FAILED: "#cf222e", Phase.CANCELLED: "#6e7781",
-    Phase.RUNNING: "#0969da", Phase.RECOVERING: "#bf8700",
+    Phase.SUCCEEDED: "#1a7f37",
+    Phase.FAILED: "#cf222e",
+    Phase.CANCELLED: "#6e7781",
+    Phase.RUNNING: "#0969da",
+    Phase.RECOVERING: "#bf8700",
 }
 
 
 def status_line(job: JobView) -> str:
     start = job.started_at or job.created_at
-    end = job.finished_at or datetime.now(timezone.utc)
+    end = job.finished_at or datetime.now(UTC)
     seconds = max(0, int((end - start).total_seconds()))
     gpus = job.spec.resources.gpus
-    parts = [job.id, job.phase.value, f"{seconds // 60:02d}:{seconds % 60:02d}",
-             f"attempt {len(job.attempts) or '-'}", f"{gpus} GPU{'s' * (gpus != 1)} on {job.backend}"]
+    parts = [
+        job.id,
+        job.phase.value,
+        f"{seconds // 60:02d}:{seconds % 60:02d}",
+        f"attempt {len(job.attempts) or '-'}",
+        f"{gpus} GPU{'s' * (gpus != 1)} on {job.backend}",
+    ]
     if job.reason and (not job.phase.terminal or job.phase is Phase.FAILED):
         parts.append(job.reason or "")
     if job.pending and job.pending.estimated_start:
@@ -54,8 +62,10 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
     if job.excluded_nodes:
         lines.append(f"  avoiding nodes: {', '.join(job.excluded_nodes)}")
     for c in list(checkpoints)[:5]:
-        lines.append(f"  checkpoint step {c.step} ({_size(c.size_bytes)}, attempt {c.attempt}, "
-                     f"{_age(c.committed_at)} ago): {c.url}")
+        lines.append(
+            f"  checkpoint step {c.step} ({_size(c.size_bytes)}, attempt {c.attempt}, "
+            f"{_age(c.committed_at)} ago): {c.url}"
+        )
     return "\n".join(lines)
 
 
@@ -68,12 +78,12 @@ def _size(n: int) -> str:
 
 
 def _age(at: datetime) -> str:
-    seconds = max(0, int((datetime.now(timezone.utc) - at).total_seconds()))
+    seconds = max(0, int((datetime.now(UTC) - at).total_seconds()))
     return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min"
 
 
 def _clock(at: datetime) -> str:
-    minutes = max(0, round((at - datetime.now(timezone.utc)).total_seconds() / 60))
+    minutes = max(0, round((at - datetime.now(UTC)).total_seconds() / 60))
     return f"{at.astimezone().strftime('%H:%M')} (in {minutes} min)"
 
 

@@ -65,11 +65,21 @@ class MagicArgs(BaseModel):
     def to_spec(self, source: str, inputs_sha256: str | None = None) -> JobSpec:
         try:
             return JobSpec(
-                name=self.name, launcher=self.launcher, resources=self.resources(), queue=self.queue,
-                backend=self.backend, priority=self.priority,
-                retries=Retries(infrastructure=self.retries, timeout=self.retries_timeout, user_error=self.retries_user),
-                stall_timeout_s=self.stall_timeout, env=self.env, source=source, input_names=self.inputs,
-                inputs_sha256=inputs_sha256, outputs=self.outputs,
+                name=self.name,
+                launcher=self.launcher,
+                resources=self.resources(),
+                queue=self.queue,
+                backend=self.backend,
+                priority=self.priority,
+                retries=Retries(
+                    infrastructure=self.retries, timeout=self.retries_timeout, user_error=self.retries_user
+                ),
+                stall_timeout_s=self.stall_timeout,
+                env=self.env,
+                source=source,
+                input_names=self.inputs,
+                inputs_sha256=inputs_sha256,
+                outputs=self.outputs,
             )
         except ValidationError as exc:
             raise MagicUsageError(explain(exc)) from None
@@ -92,7 +102,9 @@ def _parser() -> _Parser:
     p.add_argument("--retries", type=int, help="retries after infrastructure faults (default 3)")
     p.add_argument("--retries-timeout", type=int, help="retries after running past --time (default 0)")
     p.add_argument("--retries-user", type=int, help="retries after an exception in the cell (default 0)")
-    p.add_argument("--stall-timeout", type=float, help="seconds without a new training step before the attempt counts as hung")
+    p.add_argument(
+        "--stall-timeout", type=float, help="seconds without a new training step before the attempt counts as hung"
+    )
     p.add_argument("--name")
     p.add_argument("--time", type=int, help="minutes")
     p.add_argument("--switches", type=int, help="most leaf switches the nodes may span")

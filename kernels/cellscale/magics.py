@@ -1,9 +1,9 @@
 """`%%cluster` and `%cluster`: run a cell as a cluster job, and manage jobs.
 
-    %%cluster --gpus 2 --launcher torchrun --outputs loss
-    ...cell...
+%%cluster --gpus 2 --launcher torchrun --outputs loss
+...cell...
 
-    %cluster list | status ID | attach ID | logs ID | cancel ID
+%cluster list | status ID | attach ID | logs ID | cancel ID
 """
 
 from __future__ import annotations

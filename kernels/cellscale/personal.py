@@ -57,8 +57,11 @@ def ensure() -> tuple[str, str]:
             )
         with open(root / "control-plane.log", "ab") as log:
             child = subprocess.Popen(
-                [sys.executable, "-m", "cellscale_hub", "--personal"], stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                [sys.executable, "-m", "cellscale_hub", "--personal"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:

@@ -15,8 +15,16 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from cellscale.vocabulary import (  # noqa: F401 - the vocabulary is part of the wire contract, re-exported
-    ACTIVE_ATTEMPT_STATES, TERMINAL_PHASES, AttemptState, EventKind, EventReason, ExitReason, Fault, Launcher,
-    PendingCode, Phase,
+    ACTIVE_ATTEMPT_STATES,
+    TERMINAL_PHASES,
+    AttemptState,
+    EventKind,
+    EventReason,
+    ExitReason,
+    Fault,
+    Launcher,
+    PendingCode,
+    Phase,
 )
 
 MAX_INPUTS_BYTES = 64 * 1024 * 1024
@@ -69,9 +77,15 @@ class JobSpec(Strict):
     backend: Name | None = Field(None, description="Backend to run on; chosen by the queue when absent.")
     priority: Name | None = Field(None, description="Priority class (e.g. low, normal, high); normal when absent.")
     retries: Retries = Field(default_factory=Retries)
-    stall_timeout_s: float | None = Field(None, ge=10, le=7 * 24 * 3600, description=(
-        "Once the job reports training steps (JobEnvironment.report_step, Checkpointer.maybe_save), an attempt whose "
-        "step does not advance for this long counts as hung (deadlocked in a collective): stopped and retried."))
+    stall_timeout_s: float | None = Field(
+        None,
+        ge=10,
+        le=7 * 24 * 3600,
+        description=(
+            "Once the job reports training steps (JobEnvironment.report_step, Checkpointer.maybe_save), an attempt "
+            "whose step does not advance for this long counts as hung (deadlocked in a collective): stopped, retried."
+        ),
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for every rank.")
     source: str = Field(..., description="The cell's Python source.")
     input_names: list[str] = Field(default_factory=list, description="Names bound from the inputs bundle.")
@@ -110,7 +124,7 @@ class JobSpec(Strict):
         return env
 
     @model_validator(mode="after")
-    def _inputs_match(self) -> "JobSpec":
+    def _inputs_match(self) -> JobSpec:
         if bool(self.input_names) != bool(self.inputs_sha256):
             raise ValueError("input_names and inputs_sha256 go together")
         if self.launcher is Launcher.ray and self.resources.nodes > 1 and self.resources.gpus_per_node == 0:
@@ -276,4 +290,3 @@ class QueueUsage(BaseModel):
 class RenderView(BaseModel):
     backend: str
     script: str
-

@@ -163,17 +163,27 @@ class EventReason(StrEnum):
     @classmethod
     def of_attempt_end(cls, state: AttemptState) -> EventReason:
         """The reason of the event that records an attempt's end."""
-        return {AttemptState.SUCCEEDED: cls.Succeeded, AttemptState.CANCELLED: cls.Cancelled,
-                AttemptState.LOST: cls.Lost}.get(state, cls.Failed)
+        return {
+            AttemptState.SUCCEEDED: cls.Succeeded,
+            AttemptState.CANCELLED: cls.Cancelled,
+            AttemptState.LOST: cls.Lost,
+        }.get(state, cls.Failed)
 
     @classmethod
     def of_job_end(cls, state: AttemptState) -> EventReason:
         """The reason of the job's last phase change, from its last attempt's end."""
-        return {AttemptState.SUCCEEDED: cls.Finished, AttemptState.CANCELLED: cls.Cancelled,
-                AttemptState.LOST: cls.AttemptLost}.get(state, cls.Failed)
+        return {
+            AttemptState.SUCCEEDED: cls.Finished,
+            AttemptState.CANCELLED: cls.Cancelled,
+            AttemptState.LOST: cls.AttemptLost,
+        }.get(state, cls.Failed)
 
     @classmethod
     def of_phase(cls, phase: Phase) -> EventReason:
         """The reason of a phase change driven by what the backend reports."""
-        return {Phase.STARTING: cls.Starting, Phase.RUNNING: cls.Running, Phase.SUCCEEDED: cls.Succeeded,
-                Phase.CANCELLED: cls.Cancelled}.get(phase, cls.Failed)
+        return {
+            Phase.STARTING: cls.Starting,
+            Phase.RUNNING: cls.Running,
+            Phase.SUCCEEDED: cls.Succeeded,
+            Phase.CANCELLED: cls.Cancelled,
+        }.get(phase, cls.Failed)

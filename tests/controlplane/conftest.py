@@ -27,19 +27,23 @@ USERS = {
     "reader": Principal("reader", ("desk-a",), frozenset({SCOPE_READ})),
     "admin": Principal("admin", (), ALL_SCOPES, admin=True),
 }
+
+
 def two_desks(nominal: dict[str, int], backends: dict[str, str] | None = None) -> Tenancy:
     """desk-a (queues default, research) and desk-b in one cohort, with these nominal
     quotas per flavor (a flavor's backend is its name unless `backends` says otherwise)."""
     quotas = {flavor: {"nominal": gpus} for flavor, gpus in nominal.items()}
-    return Tenancy.model_validate({
-        "flavors": {flavor: {"backend": (backends or {}).get(flavor, flavor)} for flavor in nominal},
-        "cohorts": {"firm": {}},
-        "cluster_queues": {desk: {"cohort": "firm", "quotas": quotas} for desk in ("desk-a", "desk-b")},
-        "tenants": {
-            "desk-a": {"queues": {"default": {"cluster_queue": "desk-a"}, "research": {"cluster_queue": "desk-a"}}},
-            "desk-b": {"queues": {"default": {"cluster_queue": "desk-b"}}},
-        },
-    })
+    return Tenancy.model_validate(
+        {
+            "flavors": {flavor: {"backend": (backends or {}).get(flavor, flavor)} for flavor in nominal},
+            "cohorts": {"firm": {}},
+            "cluster_queues": {desk: {"cohort": "firm", "quotas": quotas} for desk in ("desk-a", "desk-b")},
+            "tenants": {
+                "desk-a": {"queues": {"default": {"cluster_queue": "desk-a"}, "research": {"cluster_queue": "desk-a"}}},
+                "desk-b": {"queues": {"default": {"cluster_queue": "desk-b"}}},
+            },
+        }
+    )
 
 
 TENANCY = two_desks({"local": 2})
@@ -63,8 +67,16 @@ class Plane:
         self.tenancy = TenancyBook(store)
         self.tenancy.seed(tenancy, actor="test")
         self.controller = self.make_controller(self.drivers)
-        ctx = Context(store=store, wake=lambda: self.controller.wake(), drivers=self.drivers, tenancy=self.tenancy,
-                      identity=TableIdentity(), jobs_root=self.jobs_root, bundles_root=self.bundles, prefix="/")
+        ctx = Context(
+            store=store,
+            wake=lambda: self.controller.wake(),
+            drivers=self.drivers,
+            tenancy=self.tenancy,
+            identity=TableIdentity(),
+            jobs_root=self.jobs_root,
+            bundles_root=self.bundles,
+            prefix="/",
+        )
         self.http = TestClient(build_app(ctx))
 
     def make_controller(self, drivers, **settings):

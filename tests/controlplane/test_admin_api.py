@@ -5,31 +5,45 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.mark.parametrize("method, path, body", [
-    ("get", "/api/admin/tenancy", None),
-    ("get", "/api/admin/audit", None),
-    ("put", "/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 4}),
-    ("put", "/api/admin/cluster-queues/desk-a/weight", {"weight": 2}),
-    ("put", "/api/admin/cohorts/firm/weight", {"weight": 2}),
-])
+@pytest.mark.parametrize(
+    "method, path, body",
+    [
+        ("get", "/api/admin/tenancy", None),
+        ("get", "/api/admin/audit", None),
+        ("put", "/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 4}),
+        ("put", "/api/admin/cluster-queues/desk-a/weight", {"weight": 2}),
+        ("put", "/api/admin/cohorts/firm/weight", {"weight": 2}),
+    ],
+)
 def test_only_admins_read_or_change_quotas(plane, method, path, body):
     for user, status in (("alice", 403), ("bob", 403), ("nobody", 401)):
         response = getattr(plane.http, method)(path, headers=plane.as_(user), **({"json": body} if body else {}))
         assert response.status_code == status, (user, response.text)
-    assert plane.http.get("/api/admin/tenancy", headers=plane.as_("admin")).json()["tenancy"]["cluster_queues"][
-        "desk-a"]["quotas"]["local"]["nominal"] == 2  # nothing changed
+    assert (
+        plane.http.get("/api/admin/tenancy", headers=plane.as_("admin")).json()["tenancy"]["cluster_queues"]["desk-a"][
+            "quotas"
+        ]["local"]["nominal"]
+        == 2
+    )  # nothing changed
 
 
 def test_quota_change_is_applied_and_audited(plane):
-    lowered = plane.http.put("/api/admin/cluster-queues/desk-b/quotas/local", headers=plane.as_("admin"),
-                             json={"nominal": 1})
+    lowered = plane.http.put(
+        "/api/admin/cluster-queues/desk-b/quotas/local", headers=plane.as_("admin"), json={"nominal": 1}
+    )
     assert lowered.status_code == 200, lowered.text
-    response = plane.http.put("/api/admin/cluster-queues/desk-a/quotas/local", headers=plane.as_("admin"),
-                              json={"nominal": 3, "borrowing_limit": 0, "lending_limit": 1})
+    response = plane.http.put(
+        "/api/admin/cluster-queues/desk-a/quotas/local",
+        headers=plane.as_("admin"),
+        json={"nominal": 3, "borrowing_limit": 0, "lending_limit": 1},
+    )
     assert response.status_code == 200, response.text
     view = response.json()
-    assert view["tenancy"]["cluster_queues"]["desk-a"]["quotas"]["local"] == \
-        {"nominal": 3, "borrowing_limit": 0, "lending_limit": 1}
+    assert view["tenancy"]["cluster_queues"]["desk-a"]["quotas"]["local"] == {
+        "nominal": 3,
+        "borrowing_limit": 0,
+        "lending_limit": 1,
+    }
     assert view["flavors"] == [{"flavor": "local", "backend": "local", "capacity_gpus": 4, "nominal_total": 4}]
     latest = plane.http.get("/api/admin/audit", headers=plane.as_("admin")).json()[0]
     assert latest["actor"] == "admin" and latest["action"] == "set-quota"
@@ -41,16 +55,27 @@ def test_quota_change_is_applied_and_audited(plane):
     assert refused.status_code == 422 and "at most 3" in refused.json()["detail"]
 
 
-@pytest.mark.parametrize("path, body, words", [
-    ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 2, "lending_limit": 3}, "lending_limit 3 exceeds nominal 2"),
-    ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 3.5}, "nominal"),
-    ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": -1}, "greater than or equal to 0"),
-    ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 3, "typo": 1}, "typo"),
-    ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 5}, "would sum to 7 GPUs, more than its backend local has (4)"),
-    ("/api/admin/cluster-queues/desk-z/quotas/local", {"nominal": 1}, "no cluster queue 'desk-z'"),
-    ("/api/admin/cluster-queues/desk-a/quotas/h100", {"nominal": 1}, "no flavor 'h100'"),
-    ("/api/admin/cluster-queues/desk-a/weight", {"weight": 0}, "greater than 0"),
-])
+@pytest.mark.parametrize(
+    "path, body, words",
+    [
+        (
+            "/api/admin/cluster-queues/desk-a/quotas/local",
+            {"nominal": 2, "lending_limit": 3},
+            "lending_limit 3 exceeds nominal 2",
+        ),
+        ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 3.5}, "nominal"),
+        ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": -1}, "greater than or equal to 0"),
+        ("/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 3, "typo": 1}, "typo"),
+        (
+            "/api/admin/cluster-queues/desk-a/quotas/local",
+            {"nominal": 5},
+            "would sum to 7 GPUs, more than its backend local has (4)",
+        ),
+        ("/api/admin/cluster-queues/desk-z/quotas/local", {"nominal": 1}, "no cluster queue 'desk-z'"),
+        ("/api/admin/cluster-queues/desk-a/quotas/h100", {"nominal": 1}, "no flavor 'h100'"),
+        ("/api/admin/cluster-queues/desk-a/weight", {"weight": 0}, "greater than 0"),
+    ],
+)
 def test_invalid_changes_are_refused_and_change_nothing(plane, path, body, words):
     before = plane.http.get("/api/admin/audit", headers=plane.as_("admin")).json()
     response = plane.http.put(path, headers=plane.as_("admin"), json=body)
@@ -86,13 +111,33 @@ def test_nodes_blamed_for_faults_are_flagged_to_admins(plane):
 
     with plane.store.session() as session:
         for i, nodes in enumerate((["node3"], ["node3", "node1"], ["node2"])):
-            job = Job(id=f"cs-00000000000{i}", idempotency_key=str(i), owner="alice", tenant="desk-a", queue="default",
-                      backend="local", name="cell", spec={"source": "pass"}, phase="RUNNING")
-            job.attempts.append(Attempt(number=1, backend="local", state="FAILED", fault="infrastructure",
-                                        failed_nodes=nodes, ended_at=utcnow() - timedelta(hours=i)))
+            job = Job(
+                id=f"cs-00000000000{i}",
+                idempotency_key=str(i),
+                owner="alice",
+                tenant="desk-a",
+                queue="default",
+                backend="local",
+                name="cell",
+                spec={"source": "pass"},
+                phase="RUNNING",
+            )
+            job.attempts.append(
+                Attempt(
+                    number=1,
+                    backend="local",
+                    state="FAILED",
+                    fault="infrastructure",
+                    failed_nodes=nodes,
+                    ended_at=utcnow() - timedelta(hours=i),
+                )
+            )
             session.add(job)
     assert plane.http.get("/api/admin/nodes", headers=plane.as_("alice")).status_code == 403
     nodes = plane.http.get("/api/admin/nodes", headers=plane.as_("admin")).json()
-    assert [(n["node"], n["faults"], n["flagged"]) for n in nodes] == [("node3", 2, True), ("node1", 1, False),
-                                                                        ("node2", 1, False)]
+    assert [(n["node"], n["faults"], n["flagged"]) for n in nodes] == [
+        ("node3", 2, True),
+        ("node1", 1, False),
+        ("node2", 1, False),
+    ]
     assert nodes[0]["jobs"] == ["cs-000000000000", "cs-000000000001"]

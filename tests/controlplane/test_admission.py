@@ -54,7 +54,9 @@ def test_a_job_that_can_never_fit_is_refused_with_the_numbers(tmp_path, store):
 
 def test_unknown_priority_class_is_refused(plane):
     response = plane.submit(priority="urgent")
-    assert response.status_code == 422 and "low, high, normal" in response.json()["detail"].replace("high, low", "low, high")
+    assert response.status_code == 422 and "low, high, normal" in response.json()["detail"].replace(
+        "high, low", "low, high"
+    )
 
 
 def test_borrowing_then_why_pending_in_plain_words(plane):
@@ -73,8 +75,9 @@ def test_borrowing_then_why_pending_in_plain_words(plane):
     behind = get(plane, second["id"])["pending"]
     assert behind["code"] == "Queued" and behind["position"] == 2 and behind["ahead"][0]["job_id"] == first["id"]
     quota = plane.http.get("/api/quota", headers=plane.as_("carol")).json()
-    assert [(q["cluster_queue"], q["flavors"][0]["used"], q["flavors"][0]["borrowed"], q["pending_jobs"]) for q in quota] \
-        == [("desk-a", 3, 1, 2)]
+    assert [
+        (q["cluster_queue"], q["flavors"][0]["used"], q["flavors"][0]["borrowed"], q["pending_jobs"]) for q in quota
+    ] == [("desk-a", 3, 1, 2)]
     for job in (big, first, second):
         plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice"))
 
@@ -83,8 +86,9 @@ def test_reclaim_warns_the_borrower_which_checkpoints_requeues_and_resumes(plane
     plane.controller.preemption_grace_s = 20
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    borrower = plane.submit(source=TRAIN, resources={"gpus_per_node": 4}, env={"CKPT_DIR": str(ckpt)},
-                            outputs=["total"]).json()
+    borrower = plane.submit(
+        source=TRAIN, resources={"gpus_per_node": 4}, env={"CKPT_DIR": str(ckpt)}, outputs=["total"]
+    ).json()
     plane.run_until(borrower["id"], {Phase.RUNNING})
     owner = plane.submit(user="bob", source="print('desk-b runs')", resources={"gpus_per_node": 2}).json()
     done = plane.run_until(owner["id"], TERMINAL, timeout=60)
@@ -94,7 +98,9 @@ def test_reclaim_warns_the_borrower_which_checkpoints_requeues_and_resumes(plane
     result = plane.http.get(f"/api/jobs/{borrower['id']}/result", headers=plane.as_("alice"))
     assert cloudpickle.loads(result.content) == {"total": 820}  # the same as an uninterrupted run
     first, second = finished["attempts"][:2]
-    assert first["end_reason"].startswith("preempted: reclaimed by desk-b: desk-a was borrowing 2 local GPU(s) (this job held 4)")
+    assert first["end_reason"].startswith(
+        "preempted: reclaimed by desk-b: desk-a was borrowing 2 local GPU(s) (this job held 4)"
+    )
     log = plane.http.get(f"/api/jobs/{borrower['id']}/logs", headers=plane.as_("alice")).json()["text"]
     stopped_at = int(log.split("checkpointed at step ")[1].split()[0])
     assert f"attempt 2 rank 0 starts at step {stopped_at}" in log and 0 < stopped_at < 40
@@ -107,7 +113,9 @@ def test_priority_preemption_within_a_queue(plane, tmp_path):
     plane.controller.preemption_grace_s = 2
     low = plane.submit(source="import time\ntime.sleep(60)", resources={"gpus_per_node": 4}, priority="low").json()
     plane.run_until(low["id"], {Phase.RUNNING})
-    urgent = plane.submit(user="carol", source="print('urgent')", resources={"gpus_per_node": 4}, priority="high").json()
+    urgent = plane.submit(
+        user="carol", source="print('urgent')", resources={"gpus_per_node": 4}, priority="high"
+    ).json()
     assert plane.run_until(urgent["id"], TERMINAL, timeout=60)["phase"] == "SUCCEEDED"
     victim = get(plane, low["id"])
     assert victim["attempts"][0]["end_reason"].startswith("preempted: preempted for higher-priority job")

@@ -4,8 +4,14 @@ import pytest
 
 
 def test_every_route_requires_a_token(plane):
-    for method, path in [("get", "/api/jobs"), ("get", "/api/jobs/cs-x"), ("post", "/api/jobs"),
-                         ("get", "/api/whoami"), ("post", "/api/bundles"), ("get", "/api/backends")]:
+    for method, path in [
+        ("get", "/api/jobs"),
+        ("get", "/api/jobs/cs-x"),
+        ("post", "/api/jobs"),
+        ("get", "/api/whoami"),
+        ("post", "/api/bundles"),
+        ("get", "/api/backends"),
+    ]:
         assert getattr(plane.http, method)(path).status_code == 401, path
         response = getattr(plane.http, method)(path, headers={"Authorization": "token forged"})
         assert response.status_code == 401, path
@@ -27,7 +33,9 @@ def test_other_tenants_jobs_are_invisible_and_untouchable(plane):
 def test_desk_mates_see_but_cannot_cancel(plane):
     job = plane.submit("alice").json()
     assert plane.http.get(f"/api/jobs/{job['id']}", headers=plane.as_("carol")).status_code == 200
-    assert [j["id"] for j in plane.http.get("/api/jobs?scope=tenant", headers=plane.as_("carol")).json()["items"]] == [job["id"]]
+    assert [j["id"] for j in plane.http.get("/api/jobs?scope=tenant", headers=plane.as_("carol")).json()["items"]] == [
+        job["id"]
+    ]
     assert plane.http.get("/api/jobs?scope=mine", headers=plane.as_("carol")).json()["items"] == []
     response = plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("carol"))
     assert response.status_code == 403 and "belongs to alice" in response.json()["detail"]
@@ -83,12 +91,17 @@ def test_a_refused_field_is_one_sentence_naming_the_flag(plane):
     assert garbled.status_code == 422 and garbled.json()["detail"].startswith("the request body: JSON decode error")
 
 
-@pytest.mark.parametrize(("path", "sentence"), [
-    ("/api/jobs?limit=0", "query parameter limit: Input should be greater than or equal to 1"),
-    ("/api/jobs?scope=everyone", "query parameter scope: String should match pattern '^(mine|tenant|all)$'"),
-    ("/api/jobs/cs-x/logs?offset=x",
-     "query parameter offset: Input should be a valid integer, unable to parse string as an integer"),
-])
+@pytest.mark.parametrize(
+    ("path", "sentence"),
+    [
+        ("/api/jobs?limit=0", "query parameter limit: Input should be greater than or equal to 1"),
+        ("/api/jobs?scope=everyone", "query parameter scope: String should match pattern '^(mine|tenant|all)$'"),
+        (
+            "/api/jobs/cs-x/logs?offset=x",
+            "query parameter offset: Input should be a valid integer, unable to parse string as an integer",
+        ),
+    ],
+)
 def test_a_refused_parameter_is_one_sentence_naming_it(plane, path, sentence):
     response = plane.http.get(path, headers=plane.as_("alice"))
     assert (response.status_code, response.json()) == (422, {"detail": sentence})
@@ -138,13 +151,24 @@ def test_pending_cancel_and_events(plane):
     cancelled = plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice")).json()
     assert cancelled["phase"] == "CANCELLED"
     events = plane.http.get(f"/api/jobs/{job['id']}/events", headers=plane.as_("alice")).json()
-    assert [(e["kind"], e["to_phase"]) for e in events] == [("phase", "PENDING"), ("cancel", None), ("phase", "CANCELLED")]
+    assert [(e["kind"], e["to_phase"]) for e in events] == [
+        ("phase", "PENDING"),
+        ("cancel", None),
+        ("phase", "CANCELLED"),
+    ]
 
 
 def test_openapi_schema_describes_the_api(plane):
     schema = plane.http.get("/api/openapi.json").json()
-    assert {"/api/jobs", "/api/jobs/{job_id}", "/api/jobs/{job_id}/logs", "/api/jobs/{job_id}/cancel",
-            "/api/jobs/{job_id}/events", "/api/jobs/{job_id}/result", "/api/bundles"} <= set(schema["paths"])
+    assert {
+        "/api/jobs",
+        "/api/jobs/{job_id}",
+        "/api/jobs/{job_id}/logs",
+        "/api/jobs/{job_id}/cancel",
+        "/api/jobs/{job_id}/events",
+        "/api/jobs/{job_id}/result",
+        "/api/bundles",
+    } <= set(schema["paths"])
     assert "JobView" in schema["components"]["schemas"]
 
 

@@ -143,7 +143,9 @@ def test_a_user_error_is_not_retried_and_shows_the_traceback(plane):
 
 
 def test_a_user_error_is_retried_when_asked(plane):
-    cell = "import os\nif os.environ['CELLSCALE_ATTEMPT'] == '1':\n    raise RuntimeError('flaky data source')\nok = 1\n"
+    cell = (
+        "import os\nif os.environ['CELLSCALE_ATTEMPT'] == '1':\n    raise RuntimeError('flaky data source')\nok = 1\n"
+    )
     job = plane.submit(source=cell, retries={"user_error": 1}, outputs=["ok"]).json()
     done = plane.run_until(job["id"], TERMINAL)
     assert done["phase"] == "SUCCEEDED" and [a["fault"] for a in done["attempts"]] == ["user_error", None]
@@ -153,7 +155,9 @@ def test_preemption_by_a_higher_priority_job_checkpoints_and_resumes(plane, tmp_
     plane.controller.preemption_grace_s = 30
     job, _ = submit_training(plane, tmp_path, resources={"gpus_per_node": 4}, priority="low")
     wait_for_step(plane, job["id"], 8)
-    urgent = plane.submit(user="carol", source="print('urgent')", resources={"gpus_per_node": 4}, priority="high").json()
+    urgent = plane.submit(
+        user="carol", source="print('urgent')", resources={"gpus_per_node": 4}, priority="high"
+    ).json()
     assert plane.run_until(urgent["id"], TERMINAL, timeout=90)["phase"] == "SUCCEEDED"
     done = plane.run_until(job["id"], TERMINAL, timeout=180)
     assert done["phase"] == "SUCCEEDED" and result(plane, job["id"]) == {"total": EXPECTED}
@@ -166,9 +170,11 @@ def test_preemption_by_a_higher_priority_job_checkpoints_and_resumes(plane, tmp_
 
 def test_a_stalled_step_counts_as_hung_when_asked(plane):
     # reports steps, then deadlocks (here: sleeps) while its heartbeat goes on
-    cell = ("import os, time\nfrom cellscale.runtime import JobEnvironment\nenv = JobEnvironment.current()\n"
-            "for step in range(3):\n    env.report_step(step)\n    time.sleep(1.1)\n"
-            "if env.attempt == 1:\n    time.sleep(300)\nok = env.attempt\n")
+    cell = (
+        "import os, time\nfrom cellscale.runtime import JobEnvironment\nenv = JobEnvironment.current()\n"
+        "for step in range(3):\n    env.report_step(step)\n    time.sleep(1.1)\n"
+        "if env.attempt == 1:\n    time.sleep(300)\nok = env.attempt\n"
+    )
     job = plane.submit(source=cell, stall_timeout_s=10, outputs=["ok"]).json()
     done = plane.run_until(job["id"], TERMINAL, timeout=120)
     assert done["phase"] == "SUCCEEDED" and result(plane, job["id"]) == {"ok": 2}

@@ -77,7 +77,7 @@ def test_user_error_fails_with_the_traceback(plane):
     assert done["phase"] == "FAILED" and "ValueError: bad input data" in done["reason"]
     assert len(done["attempts"]) == 1 and done["attempts"][0]["end_reason"].startswith("rank 0: ValueError")
     text = log_of(plane, job["id"])["text"]
-    assert "Traceback" in text and "cell.py\", line 2" in text and "runtime/cell.py" not in text
+    assert "Traceback" in text and 'cell.py", line 2' in text and "runtime/cell.py" not in text
 
 
 def test_missing_output_is_a_clear_failure(plane):
@@ -131,8 +131,9 @@ def test_logs_resume_from_an_offset(plane):
     plane.run_until(job["id"], TERMINAL)
     whole = log_of(plane, job["id"])
     middle = whole["text"].index("[rank 0] n 1")
-    rest = plane.http.get(f"/api/jobs/{job['id']}/logs?offset={len(whole['text'][:middle].encode())}",
-                          headers=plane.as_("alice")).json()
+    rest = plane.http.get(
+        f"/api/jobs/{job['id']}/logs?offset={len(whole['text'][:middle].encode())}", headers=plane.as_("alice")
+    ).json()
     assert rest["text"].startswith("[rank 0] n 1") and rest["complete"]
     assert rest["next_offset"] == whole["next_offset"]
 
@@ -145,8 +146,6 @@ def _alive(pid):
     return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
 
 
-
-
 def test_a_backend_that_does_not_answer_stalls_no_other(tmp_path, store):
     from cellscale_hub.drivers.local import LocalDriver
     from tests.controlplane.conftest import Plane, two_desks
@@ -156,7 +155,12 @@ def test_a_backend_that_does_not_answer_stalls_no_other(tmp_path, store):
             raise RuntimeError("squeue: error: Unable to contact slurm controller")
 
     broken = Unreachable(name="broken", gpus=4)
-    plane = Plane(tmp_path, store, drivers={"broken": broken, "local": LocalDriver(name="local", gpus=4)}, tenancy=two_desks({"local": 2, "broken": 2}))
+    plane = Plane(
+        tmp_path,
+        store,
+        drivers={"broken": broken, "local": LocalDriver(name="local", gpus=4)},
+        tenancy=two_desks({"local": 2, "broken": 2}),
+    )
     stuck = plane.submit(source="import time\ntime.sleep(30)", backend="broken").json()
     plane.controller.cycle()  # admits and launches it; its polls fail from now on
     job = plane.submit(source="print('fine')").json()

@@ -93,8 +93,13 @@ def running_hub(state: Path, extra_env: dict[str, str] | None = None):
         **(extra_env or {}),
     )
     log = open(state / "jupyterhub.log", "wb")
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("jupyterhub")), "-f", str(CONFIG)], cwd=state, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("jupyterhub")), "-f", str(CONFIG)],
+        cwd=state,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{ports['hub']}"
     admin = httpx.Client(base_url=f"{url}/hub/api/", headers={"Authorization": f"token {admin_token}"}, timeout=30)
     the_hub = Hub(url=url, service_url=f"{url}/services/cellscale", state=state, admin=admin)
@@ -182,8 +187,13 @@ def browser():
     """Headless Debian Chromium (never `playwright install`: it downloads a browser of its own).
     One per test module: Playwright's sync API keeps an event loop running on the main thread
     while it is open, and later tests that call asyncio.run() (tests/server) would fail."""
-    missing = "playwright (the test extra)" if sync_playwright is None else \
-        "Debian's chromium (scripts/test installs it)" if not CHROMIUM.exists() else None
+    missing = (
+        "playwright (the test extra)"
+        if sync_playwright is None
+        else "Debian's chromium (scripts/test installs it)"
+        if not CHROMIUM.exists()
+        else None
+    )
     if missing:
         if os.environ.get("CI"):
             pytest.fail(f"the browser test needs {missing}")

@@ -11,7 +11,11 @@ load_subconfig(str(Path(__file__).resolve().parents[2] / "config" / base))  # no
 c = get_config()  # noqa: F821
 c.JupyterHub.services.append({"name": "test-admin", "api_token": os.environ["CELLSCALE_TEST_ADMIN_TOKEN"]})
 c.JupyterHub.load_roles.append(
-    {"name": "test-admin", "services": ["test-admin"], "scopes": ["admin:users", "admin:servers", "tokens", "access:servers", "list:users", "read:users"]}
+    {
+        "name": "test-admin",
+        "services": ["test-admin"],
+        "scopes": ["admin:users", "admin:servers", "tokens", "access:servers", "list:users", "read:users"],
+    }
 )
 c.Authenticator.allowed_users |= {"erin"}
 

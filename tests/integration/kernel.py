@@ -27,7 +27,9 @@ class Execution:
 
 class RemoteKernel:
     def __init__(self, base_url: str, user: str, token: str):
-        self.http = httpx.Client(base_url=f"{base_url}/user/{user}/api/", headers={"Authorization": f"token {token}"}, timeout=60)
+        self.http = httpx.Client(
+            base_url=f"{base_url}/user/{user}/api/", headers={"Authorization": f"token {token}"}, timeout=60
+        )
         self.kernel_id = self.http.post("kernels", json={"name": "python3"}).raise_for_status().json()["id"]
         ws_url = f"{base_url.replace('http', 'ws', 1)}/user/{user}/api/kernels/{self.kernel_id}/channels"
         self.ws = websocket.create_connection(ws_url, header=[f"Authorization: token {token}"], timeout=600)
@@ -35,13 +37,32 @@ class RemoteKernel:
 
     def execute(self, code: str, timeout: float = 300) -> Execution:
         msg_id = uuid.uuid4().hex
-        self.ws.send(json.dumps({
-            "header": {"msg_id": msg_id, "msg_type": "execute_request", "session": self.session, "username": "test",
-                       "version": "5.3", "date": ""},
-            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                        "allow_stdin": False, "stop_on_error": True},
-        }))
+        self.ws.send(
+            json.dumps(
+                {
+                    "header": {
+                        "msg_id": msg_id,
+                        "msg_type": "execute_request",
+                        "session": self.session,
+                        "username": "test",
+                        "version": "5.3",
+                        "date": "",
+                    },
+                    "parent_header": {},
+                    "metadata": {},
+                    "channel": "shell",
+                    "buffers": [],
+                    "content": {
+                        "code": code,
+                        "silent": False,
+                        "store_history": True,
+                        "user_expressions": {},
+                        "allow_stdin": False,
+                        "stop_on_error": True,
+                    },
+                }
+            )
+        )
         result, idle, deadline = Execution(), False, time.monotonic() + timeout
         while not (result.reply and idle):
             if time.monotonic() > deadline:

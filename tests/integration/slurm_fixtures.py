@@ -26,8 +26,17 @@ import pytest
 
 from cellscale_hub.dev import slurm as dev_slurm
 
-TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-                   "BOOT_FAIL", "DEADLINE"}
+TERMINAL_STATES = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 
 def settled(record: dict) -> bool:
@@ -47,12 +56,14 @@ class SlurmCluster:
         env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
         return {**env, **self.env}
 
-    def run(self, argv: Sequence[str], *, user: str | None = None, timeout: float = 60,
-            check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: Sequence[str], *, user: str | None = None, timeout: float = 60, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client, as root or (`user=`) as that researcher through runuser."""
         full = ["runuser", "-u", user, "--", *argv] if user else list(argv)
-        result = subprocess.run(full, capture_output=True, text=True, timeout=timeout, env=self.client_env(),
-                                cwd=self.jobs_dir, check=False)
+        result = subprocess.run(
+            full, capture_output=True, text=True, timeout=timeout, env=self.client_env(), cwd=self.jobs_dir, check=False
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"{full} exited {result.returncode}: {result.stderr or result.stdout}")
         return result

@@ -48,6 +48,7 @@ def admin_api(hub, token):
 def quotas_restored(admin_api):
     """Every cluster queue's quotas as they were before the test (other tests rely on the
     seeded ones, config/tenants.yaml), restored afterwards whatever happened."""
+
     def quotas() -> dict[tuple[str, str], dict]:
         queues = admin_api.get("admin/tenancy").raise_for_status().json()["tenancy"]["cluster_queues"]
         return {(cq, flavor): q for cq, spec in queues.items() for flavor, q in spec["quotas"].items()}
@@ -88,9 +89,13 @@ def test_admin_page_in_a_browser(hub, browser: Browser, admin_api, quotas_restor
         # nothing (a long audit value, the whole seeded document) widens the page past the window
         assert page.evaluate("document.documentElement.scrollWidth") <= 1280
         # Chromium logs every non-2xx fetch; the refused PUTs above are the only ones expected
-        errors += [f"{m.text} ({m.location.get('url')})" for m in console
-                   if not (m.text.startswith("Failed to load resource") and "422" in m.text
-                           and m.location.get("url") in refused)]
+        errors += [
+            f"{m.text} ({m.location.get('url')})"
+            for m in console
+            if not (
+                m.text.startswith("Failed to load resource") and "422" in m.text and m.location.get("url") in refused
+            )
+        ]
         assert errors == [], errors
     except BaseException:
         page.screenshot(path=ARTIFACTS / "admin-page-failed.png", full_page=True)
@@ -100,7 +105,9 @@ def test_admin_page_in_a_browser(hub, browser: Browser, admin_api, quotas_restor
 
 
 def _row(page: Page, queue: str, flavor: str):
-    return page.get_by_role("table", name="Quotas and usage").locator(f'tr[data-queue="{queue}"][data-flavor="{flavor}"]')
+    return page.get_by_role("table", name="Quotas and usage").locator(
+        f'tr[data-queue="{queue}"][data-flavor="{flavor}"]'
+    )
 
 
 def _check_page(page: Page, admin_api) -> None:
@@ -120,9 +127,10 @@ def _check_page(page: Page, admin_api) -> None:
     # flavors: what the API says, row by row
     flavors = page.get_by_role("table", name="Flavors").locator("tbody tr")
     expect(flavors).to_have_count(len(view["flavors"]))
-    for row, f in zip(flavors.all(), view["flavors"]):
-        expect(row.locator("td")).to_have_text([f["flavor"], f["backend"], str(f["capacity_gpus"] or "backend not configured"),
-                                                str(f["nominal_total"])])
+    for row, f in zip(flavors.all(), view["flavors"], strict=True):
+        expect(row.locator("td")).to_have_text(
+            [f["flavor"], f["backend"], str(f["capacity_gpus"] or "backend not configured"), str(f["nominal_total"])]
+        )
     local = next(f for f in view["flavors"] if f["flavor"] == "local")
     assert (local["capacity_gpus"], local["nominal_total"]) == (4, 4)
 
@@ -133,9 +141,11 @@ def _check_page(page: Page, admin_api) -> None:
             name = f"{usage['cluster_queue']} {f['flavor']}"
             expect(row.get_by_label(f"nominal {name}", exact=True)).to_have_value(str(f["nominal"]))
             expect(row.get_by_label(f"borrowing limit {name}", exact=True)).to_have_value(
-                "" if f["borrowing_limit"] is None else str(f["borrowing_limit"]))
+                "" if f["borrowing_limit"] is None else str(f["borrowing_limit"])
+            )
             expect(row.get_by_role("img")).to_have_attribute(
-                "aria-label", f"{f['used']} used of {f['nominal']} nominal, {f['borrowed']} borrowed")
+                "aria-label", f"{f['used']} used of {f['nominal']} nominal, {f['borrowed']} borrowed"
+            )
             expect(row.locator(".used")).to_have_text(f"{f['used']} / {f['nominal']}")
     expect(page.get_by_role("table", name="Audit log")).to_be_visible()
     expect(page.get_by_role("alert")).to_be_hidden()
@@ -153,8 +163,10 @@ def _refused_edits(page: Page, admin_api) -> set[str]:
     row = _row(page, "desk-a", "local")
     save = page.get_by_role("button", name="save desk-a local quota")
     refused = set()
-    for fields, words in (({"lending limit": "3"}, "lending_limit 3 exceeds nominal 2"),
-                          ({"lending limit": "", "nominal": "5"}, "would sum to 7 GPUs, more than its backend local has (4)")):
+    for fields, words in (
+        ({"lending limit": "3"}, "lending_limit 3 exceeds nominal 2"),
+        ({"lending limit": "", "nominal": "5"}, "would sum to 7 GPUs, more than its backend local has (4)"),
+    ):
         for field, value in fields.items():
             row.get_by_label(f"{field} desk-a local", exact=True).fill(value)
         with page.expect_response(lambda r: r.request.method == "PUT") as put:
@@ -191,7 +203,11 @@ def _accepted_edits(page: Page, admin_api) -> None:
     expect(alert).to_be_hidden()
 
     latest = _audit(admin_api)[0]
-    assert (latest["actor"], latest["action"], latest["target"]) == ("admin", "set-quota", "cluster_queues/desk-a/quotas/local")
+    assert (latest["actor"], latest["action"], latest["target"]) == (
+        "admin",
+        "set-quota",
+        "cluster_queues/desk-a/quotas/local",
+    )
     assert latest["after"] == {"nominal": 3, "borrowing_limit": 1, "lending_limit": None}
 
     page.reload()  # what the page shows now is what is stored

@@ -49,8 +49,9 @@ def test_browser_oauth_sign_in_yields_a_cookie_session(hub):
         xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
         login = browser.post("/hub/login", data={"username": "bob", "password": "cellscale-demo", "_xsrf": xsrf})
         assert login.status_code == 302
-        me = browser.get("/services/cellscale/login", params={"next": "/services/cellscale/api/whoami"},
-                         follow_redirects=True)
+        me = browser.get(
+            "/services/cellscale/login", params={"next": "/services/cellscale/api/whoami"}, follow_redirects=True
+        )
         assert me.status_code == 200 and me.json()["user"] == "bob", me.text
         assert browser.get("/services/cellscale/api/jobs").status_code == 200  # the cookie alone signs in
         forged = browser.get("/services/cellscale/oauth_callback", params={"code": "x", "state": "forged"})
@@ -59,8 +60,10 @@ def test_browser_oauth_sign_in_yields_a_cookie_session(hub):
 
 def test_server_token_scopes_reach_the_kernel(hub, kernel):
     k = kernel("alice")
-    out = k.execute("import os\nprint(os.environ['CELLSCALE_URL'])\nfrom cellscale.client import Client\n"
-                    "print(Client.from_env().whoami())")
+    out = k.execute(
+        "import os\nprint(os.environ['CELLSCALE_URL'])\nfrom cellscale.client import Client\n"
+        "print(Client.from_env().whoami())"
+    )
     assert "user='alice'" in out.text and "tenant='desk-a'" in out.text, out.text
     assert USER_SCOPES  # the kernel's token carries these through Spawner.server_token_scopes
 

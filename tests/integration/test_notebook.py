@@ -84,7 +84,9 @@ def test_ddp_cell_streams_logs_and_returns_its_output(hub, token, kernel):
     # visible to its owner and desk, invisible to another desk
     assert api(hub, token("carol")).get(f"jobs/{job['id']}").status_code == 200
     assert api(hub, token("bob")).get(f"jobs/{job['id']}").status_code == 404
-    assert job["id"] not in [j["id"] for j in api(hub, token("bob")).get("jobs", params={"scope": "tenant"}).json()["items"]]
+    assert job["id"] not in [
+        j["id"] for j in api(hub, token("bob")).get("jobs", params={"scope": "tenant"}).json()["items"]
+    ]
 
 
 def test_ray_cell_gets_its_gpus(hub, token, kernel):

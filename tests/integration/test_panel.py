@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.integration.conftest import ARTIFACTS, PASSWORD, Hub, api
 
@@ -40,10 +40,17 @@ for step in range(60):
 
 
 def _notebook(cell: str) -> dict:
-    return {"type": "notebook", "content": {
-        "cells": [{"cell_type": "code", "source": cell, "metadata": {}, "outputs": [], "execution_count": None}],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}},
-        "nbformat": 4, "nbformat_minor": 5}}
+    return {
+        "type": "notebook",
+        "content": {
+            "cells": [{"cell_type": "code", "source": cell, "metadata": {}, "outputs": [], "execution_count": None}],
+            "metadata": {
+                "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+            },
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        },
+    }
 
 
 def open_lab(context: BrowserContext, hub: Hub, user: str, path: str = "lab?reset") -> Page:
@@ -121,8 +128,17 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         job_id = row.get_attribute("data-job")
         assert re.fullmatch(r"cs-[0-9a-f]{12}", job_id), job_id
         # a second job that cannot fit beside it (desk-a can get 4 local GPUs at most): it waits
-        waiter = control_plane.post("jobs", json={"spec": {
-            "name": "waiter", "launcher": "plain", "source": "print('never')", "resources": {"gpus_per_node": 4}}})
+        waiter = control_plane.post(
+            "jobs",
+            json={
+                "spec": {
+                    "name": "waiter",
+                    "launcher": "plain",
+                    "source": "print('never')",
+                    "resources": {"gpus_per_node": 4},
+                }
+            },
+        )
         waiter_id = waiter.raise_for_status().json()["id"]
         row.click()
         detail = panel.get_by_role("region", name="Job panel-test", exact=True)

@@ -16,11 +16,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
-CELL = (
-    "import os\n"
-    "n = base + len(os.environ['CUDA_VISIBLE_DEVICES'].split(','))\n"
-    "print('computed', n)\n"
-)
+CELL = "import os\nn = base + len(os.environ['CUDA_VISIBLE_DEVICES'].split(','))\nprint('computed', n)\n"
 SESSION = f"""
 ip = get_ipython()
 ip.run_line_magic("load_ext", "cellscale")
@@ -51,8 +47,14 @@ def ipython(env) -> str:
     """A terminal IPython (TerminalInteractiveShell) running the session script."""
     path = Path(env["CELLSCALE_HOME"]).parent / "session.ipy"
     path.write_text(SESSION)
-    run = subprocess.run([str(BIN / "ipython"), "--no-banner", "--colors=NoColor", str(path)], env=env,
-                         capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    run = subprocess.run(
+        [str(BIN / "ipython"), "--no-banner", "--colors=NoColor", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     return run.stdout + run.stderr
 
 
@@ -71,8 +73,15 @@ def test_terminal_ipython_starts_then_reuses_a_personal_control_plane(personal_h
     assert listing.stdout.count("SUCCEEDED") == 2, listing
     script = Path(personal_home["CELLSCALE_HOME"]) / "job.py"
     script.write_text("print('from the cli')\nraise SystemExit(3)\n")
-    run = subprocess.run([*cli, "submit", str(script), "--launcher", "plain"], env=personal_home,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [*cli, "submit", str(script), "--launcher", "plain"],
+        env=personal_home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 1 and "[rank 0] from the cli" in run.stdout and "FAILED" in run.stderr, run
-    bad = subprocess.run([*cli, "submit", str(script), "--gpu", "2"], env=personal_home, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [*cli, "submit", str(script), "--gpu", "2"], env=personal_home, capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and "did you mean --gpus" in bad.stderr

@@ -24,8 +24,13 @@ STEPS = 60  # total = 1 + ... + 60 = 1830 on an uninterrupted run
 
 def assoc(cluster, account: str) -> tuple[str, str]:
     """(GrpTRES, Fairshare) of the account's own association."""
-    out = subprocess.run(["sacctmgr", "-n", "-P", "show", "assoc", f"account={account}", "format=user,grptres,fairshare"],
-                         env=cluster.env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["sacctmgr", "-n", "-P", "show", "assoc", f"account={account}", "format=user,grptres,fairshare"],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     row = next(line.split("|") for line in out.splitlines() if line.startswith("|"))
     return row[1], row[2]
 
@@ -48,10 +53,29 @@ def test_quotas_are_mirrored_into_slurm_accounts(slurm_plane, slurm_cluster):
     try:
         assert assoc(slurm_cluster, "desk-b") == ("gres/gpu=16", "500")
         # a job submitted around cellscale meets the same ceiling in Slurm itself
-        raw = subprocess.run(["runuser", "-u", "bob", "--", "sbatch", "--parsable", "--account=desk-b", "-p", "gpu",
-                              "-N", "3", "--gres=gpu:8", "--wrap", "sleep 1"],
-                             env=os.environ | slurm_cluster.env, capture_output=True, text=True, check=True,
-                             cwd="/tmp").stdout.strip()
+        raw = subprocess.run(
+            [
+                "runuser",
+                "-u",
+                "bob",
+                "--",
+                "sbatch",
+                "--parsable",
+                "--account=desk-b",
+                "-p",
+                "gpu",
+                "-N",
+                "3",
+                "--gres=gpu:8",
+                "--wrap",
+                "sleep 1",
+            ],
+            env=os.environ | slurm_cluster.env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd="/tmp",
+        ).stdout.strip()
         reason = _wait_for_reason(slurm_cluster, raw)
         assert "AssocGrpGRES" in reason or "AssocGrpGres" in reason, reason
     finally:
@@ -65,13 +89,22 @@ def test_borrowed_gpus_are_reclaimed_with_a_warning_and_the_borrower_resumes(slu
     slurm_plane.controller.preemption_grace_s = 60
     ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=slurm_cluster.jobs_dir))
     ckpt.chmod(0o777)  # the job runs as alice
-    borrower = slurm_plane.submit("alice", source=TRAIN, launcher="plain", outputs=["total"],
-                                  resources={"nodes": 3, "gpus_per_node": 8},
-                                  env={"CKPT_DIR": str(ckpt), "STEPS": str(STEPS), "STEP_S": "0.25"}).json()
+    borrower = slurm_plane.submit(
+        "alice",
+        source=TRAIN,
+        launcher="plain",
+        outputs=["total"],
+        resources={"nodes": 3, "gpus_per_node": 8},
+        env={"CKPT_DIR": str(ckpt), "STEPS": str(STEPS), "STEP_S": "0.25"},
+    ).json()
     running = slurm_plane.run_until(borrower["id"], {Phase.RUNNING}, timeout=180)
     assert running["borrowed"] == 8  # 24 GPUs on a nominal 16: desk-b's idle GPUs
-    owner = slurm_plane.submit("bob", source="import os\nprint('desk-b on', os.environ['CELLSCALE_NODE'])",
-                               launcher="plain", resources={"nodes": 2, "gpus_per_node": 8}).json()
+    owner = slurm_plane.submit(
+        "bob",
+        source="import os\nprint('desk-b on', os.environ['CELLSCALE_NODE'])",
+        launcher="plain",
+        resources={"nodes": 2, "gpus_per_node": 8},
+    ).json()
     done = slurm_plane.run_until(owner["id"], TERMINAL, timeout=240)
     assert done["phase"] == "SUCCEEDED", logs(slurm_plane, owner["id"])
     finished = slurm_plane.run_until(borrower["id"], TERMINAL, timeout=300)
@@ -81,7 +114,8 @@ def test_borrowed_gpus_are_reclaimed_with_a_warning_and_the_borrower_resumes(slu
     assert cloudpickle.loads(result.content) == {"total": sum(range(STEPS + 1))}  # as if never interrupted
     first = finished["attempts"][0]
     assert first["end_reason"].startswith(
-        "preempted: reclaimed by desk-b: desk-a was borrowing 8 slurm GPU(s) (this job held 24)")
+        "preempted: reclaimed by desk-b: desk-a was borrowing 8 slurm GPU(s) (this job held 24)"
+    )
     assert "checkpointed at step " in text, (text, finished["attempts"])
     stopped_at = int(text.split("checkpointed at step ")[1].split()[0])
     assert 0 < stopped_at < STEPS and f"attempt 2 rank 0 starts at step {stopped_at}" in text
@@ -98,10 +132,10 @@ def _wait_for_reason(cluster, job_id: str, timeout: float = 30) -> str:
     deadline = time.monotonic() + timeout
     reason = ""
     while time.monotonic() < deadline:
-        reason = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%r"], env=cluster.env, capture_output=True,
-                                text=True).stdout.strip()
+        reason = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%r"], env=cluster.env, capture_output=True, text=True
+        ).stdout.strip()
         if reason and reason not in ("None", "Priority", "Resources"):
             return reason
         time.sleep(1)
     return reason
-

@@ -61,8 +61,13 @@ def logs(plane, job_id):
 
 
 def test_multi_node_torchrun_has_world_size_and_global_ranks(slurm_plane, slurm_cluster):
-    response = slurm_plane.submit("alice", source=DDP, launcher="torchrun", outputs=["total"],
-                                  resources={"gpus_per_node": GPUS} if GPUS > 8 else {"nodes": 2, "gpus_per_node": GPUS // 2})
+    response = slurm_plane.submit(
+        "alice",
+        source=DDP,
+        launcher="torchrun",
+        outputs=["total"],
+        resources={"gpus_per_node": GPUS} if GPUS > 8 else {"nodes": 2, "gpus_per_node": GPUS // 2},
+    )
     assert response.status_code == 201, response.text
     job = response.json()
     assert job["spec"]["resources"]["nodes"] == 2  # whole nodes
@@ -80,7 +85,9 @@ def test_multi_node_torchrun_has_world_size_and_global_ranks(slurm_plane, slurm_
 
 
 def test_switches_keep_the_gang_under_one_leaf(slurm_plane, slurm_cluster):
-    job = slurm_plane.submit("carol", source="print('ok')", resources={"nodes": 2, "gpus_per_node": 1, "switches": 1}).json()
+    job = slurm_plane.submit(
+        "carol", source="print('ok')", resources={"nodes": 2, "gpus_per_node": 1, "switches": 1}
+    ).json()
     done = slurm_plane.run_until(job["id"], TERMINAL, timeout=180)
     assert done["phase"] == "SUCCEEDED"
     nodes = sacct(slurm_cluster, done["attempts"][0]["backend_ref"])["nodes"]
@@ -90,16 +97,27 @@ def test_switches_keep_the_gang_under_one_leaf(slurm_plane, slurm_cluster):
 def test_a_node_downed_mid_run_is_excluded_and_the_job_resumes_to_the_same_result(slurm_plane, slurm_cluster):
     ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=slurm_cluster.jobs_dir))
     ckpt.chmod(0o777)  # the job runs as alice
-    job = slurm_plane.submit("alice", source=TRAIN, launcher="torchrun", outputs=["total"],
-                             resources={"nodes": 2, "gpus_per_node": 1}, env={"CKPT_URL": str(ckpt)}).json()
+    job = slurm_plane.submit(
+        "alice",
+        source=TRAIN,
+        launcher="torchrun",
+        outputs=["total"],
+        resources={"nodes": 2, "gpus_per_node": 1},
+        env={"CKPT_URL": str(ckpt)},
+    ).json()
     running = wait_for_step(slurm_plane, job["id"], 8)
     slurm_id = running["attempts"][0]["backend_ref"]
-    node = subprocess.run(["squeue", "-h", "-j", slurm_id, "-o", "%N"], env=slurm_cluster.env, capture_output=True,
-                          text=True, check=True).stdout.strip()
-    victim = subprocess.run(["scontrol", "show", "hostnames", node], env=slurm_cluster.env, capture_output=True,
-                            text=True, check=True).stdout.split()[-1]
-    subprocess.run(["scontrol", "update", f"nodename={victim}", "state=down", "reason=cellscale-fault-test"],
-                   env=slurm_cluster.env, check=True)
+    node = subprocess.run(
+        ["squeue", "-h", "-j", slurm_id, "-o", "%N"], env=slurm_cluster.env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    victim = subprocess.run(
+        ["scontrol", "show", "hostnames", node], env=slurm_cluster.env, capture_output=True, text=True, check=True
+    ).stdout.split()[-1]
+    subprocess.run(
+        ["scontrol", "update", f"nodename={victim}", "state=down", "reason=cellscale-fault-test"],
+        env=slurm_cluster.env,
+        check=True,
+    )
     try:
         done = slurm_plane.run_until(job["id"], TERMINAL, timeout=300)
     finally:
@@ -124,11 +142,19 @@ def test_a_node_downed_mid_run_is_excluded_and_the_job_resumes_to_the_same_resul
 def test_a_killed_rank_on_slurm_is_retried_and_resumes_to_the_same_result(slurm_plane, slurm_cluster):
     ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=slurm_cluster.jobs_dir))
     ckpt.chmod(0o777)
-    job = slurm_plane.submit("alice", source=TRAIN, launcher="torchrun", outputs=["total"],
-                             resources={"nodes": 2, "gpus_per_node": 1}, env={"CKPT_URL": str(ckpt)}).json()
+    job = slurm_plane.submit(
+        "alice",
+        source=TRAIN,
+        launcher="torchrun",
+        outputs=["total"],
+        resources={"nodes": 2, "gpus_per_node": 1},
+        env={"CKPT_URL": str(ckpt)},
+    ).json()
     wait_for_step(slurm_plane, job["id"], 8)
     job_dir = Path(slurm_plane.jobs_root) / job["id"]
-    ranks = subprocess.run(["pgrep", "-f", f"cellscale.runtime.cell {job_dir} 1"], capture_output=True, text=True).stdout
+    ranks = subprocess.run(
+        ["pgrep", "-f", f"cellscale.runtime.cell {job_dir} 1"], capture_output=True, text=True
+    ).stdout
     subprocess.run(["kill", "-KILL", ranks.split()[-1]], check=True)  # one rank of the gang dies
     done = slurm_plane.run_until(job["id"], TERMINAL, timeout=300)
     assert done["phase"] == "SUCCEEDED", logs(slurm_plane, job["id"])
@@ -151,7 +177,10 @@ def test_cancel_reaches_slurm(slurm_plane, slurm_cluster):
     slurm_plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=slurm_plane.as_("alice"))
     done = slurm_plane.run_until(job["id"], TERMINAL, timeout=120)
     assert done["phase"] == "CANCELLED"
-    assert sacct(slurm_cluster, running["attempts"][0]["backend_ref"])["state"]["current"] in ("CANCELLED", ["CANCELLED"])
+    assert sacct(slurm_cluster, running["attempts"][0]["backend_ref"])["state"]["current"] in (
+        "CANCELLED",
+        ["CANCELLED"],
+    )
 
 
 def wait_for_step(plane, job_id, step, timeout=240):
@@ -169,7 +198,9 @@ def wait_for_step(plane, job_id, step, timeout=240):
 def _wait_idle(cluster, node, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], env=cluster.env, capture_output=True, text=True).stdout
+        state = subprocess.run(
+            ["sinfo", "-h", "-n", node, "-o", "%T"], env=cluster.env, capture_output=True, text=True
+        ).stdout
         if state.strip() in ("idle", "mixed", "allocated"):
             return
         time.sleep(1)

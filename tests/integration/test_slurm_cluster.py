@@ -13,8 +13,10 @@ pytestmark = pytest.mark.integration
 NODES = ["node1", "node2", "node3", "node4"]
 LEAVES = [{"node1", "node2"}, {"node3", "node4"}]
 # One line per task, written by the job itself.
-REPORT = ('srun bash -c \'echo "node=$SLURMD_NODENAME rank=$SLURM_PROCID user=$(id -un) '
-          'job_gpus=$SLURM_JOB_GPUS cuda=$CUDA_VISIBLE_DEVICES"\'')
+REPORT = (
+    "srun bash -c 'echo \"node=$SLURMD_NODENAME rank=$SLURM_PROCID user=$(id -un) "
+    "job_gpus=$SLURM_JOB_GPUS cuda=$CUDA_VISIBLE_DEVICES\"'"
+)
 
 
 def allocated_gpus(record: dict) -> int:
@@ -37,8 +39,9 @@ def test_four_idle_nodes_with_eight_gpus_each(slurm_cluster):
 
 
 def test_two_node_job_runs_as_alice_and_is_charged_to_desk_a(slurm_cluster):
-    job = slurm_cluster.sbatch("--nodes=2", "--ntasks-per-node=1", "--gres=gpu:8", "-A", "desk-a", "--time=2",
-                               "--wrap", REPORT, user="alice")
+    job = slurm_cluster.sbatch(
+        "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:8", "-A", "desk-a", "--time=2", "--wrap", REPORT, user="alice"
+    )
     record = slurm_cluster.wait_done(job)
 
     assert record["state"]["current"] == "COMPLETED", record["state"]
@@ -55,13 +58,15 @@ def test_two_node_job_runs_as_alice_and_is_charged_to_desk_a(slurm_cluster):
 def test_switches_1_keeps_a_job_under_one_leaf_switch(slurm_cluster):
     slurm_cluster.wait_idle()
     # node2 (leaf s1) and node3 (leaf s2) busy: node1 and node4 are free but under different leaves.
-    blocker = slurm_cluster.sbatch("--nodes=2", "--nodelist=node[2-3]", "--exclusive", "--time=5",
-                                   "--wrap", "sleep 300")
+    blocker = slurm_cluster.sbatch(
+        "--nodes=2", "--nodelist=node[2-3]", "--exclusive", "--time=5", "--wrap", "sleep 300"
+    )
     jobs = [blocker]
     try:
         slurm_cluster.wait_state(blocker, "RUNNING")
-        one_leaf = slurm_cluster.sbatch("--nodes=2", "--switches=1", "--gres=gpu:8", "-A", "desk-b", "--time=1",
-                                        "--wrap", REPORT, user="bob")
+        one_leaf = slurm_cluster.sbatch(
+            "--nodes=2", "--switches=1", "--gres=gpu:8", "-A", "desk-b", "--time=1", "--wrap", REPORT, user="bob"
+        )
         jobs.append(one_leaf)
         assert slurm_cluster.wait_reason(one_leaf) == "Resources"  # a scheduler pass looked at it and waits
         nodes = slurm_cluster.node_states()
@@ -78,12 +83,14 @@ def test_switches_1_keeps_a_job_under_one_leaf_switch(slurm_cluster):
 
 def test_high_qos_preempts_and_requeues_normal(slurm_cluster):
     slurm_cluster.wait_idle()
-    victim = slurm_cluster.sbatch("--nodes=4", "--gres=gpu:8", "-A", "desk-a", "--time=5",
-                                  "--wrap", "srun sleep 300", user="alice")
+    victim = slurm_cluster.sbatch(
+        "--nodes=4", "--gres=gpu:8", "-A", "desk-a", "--time=5", "--wrap", "srun sleep 300", user="alice"
+    )
     try:
         slurm_cluster.wait_state(victim, "RUNNING")
-        urgent = slurm_cluster.sbatch("--nodes=1", "--gres=gpu:8", "-A", "desk-b", "--qos=high", "--time=1",
-                                      "--wrap", "true", user="bob")
+        urgent = slurm_cluster.sbatch(
+            "--nodes=1", "--gres=gpu:8", "-A", "desk-b", "--qos=high", "--time=1", "--wrap", "true", user="bob"
+        )
         assert slurm_cluster.wait_done(urgent)["state"]["current"] == "COMPLETED"
         shown = slurm_cluster.run(["scontrol", "show", "job", str(victim)]).stdout
         assert "Restarts=1" in shown  # requeued, not killed

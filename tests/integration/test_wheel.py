@@ -42,10 +42,12 @@ def _clean_env() -> dict[str, str]:
 
 
 def _run(argv: list[str], *, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(argv, cwd=cwd, env={**_clean_env(), **PIP_ENV}, capture_output=True, text=True,
-                            timeout=timeout, check=False)
-    assert result.returncode == 0, \
+    result = subprocess.run(
+        argv, cwd=cwd, env={**_clean_env(), **PIP_ENV}, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert result.returncode == 0, (
         f"{argv} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
     return result
 
 
@@ -68,11 +70,15 @@ def wheel_venv(tmp_path_factory) -> Path:
                 shutil.rmtree(stale, ignore_errors=True)
         _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=out)
         # this environment's pip installs into the new one (no pip inside it: ~3 s saved)
-        _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", str(wheel)],
-             cwd=out)
+        _run(
+            [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", str(wheel)],
+            cwd=out,
+        )
         stamp.write_text(f"{wheel.name}\n")
-    print(f"[wheel] built in {built - began:.1f} s; environment {'reused' if cached else 'made'} "
-          f"in {time.monotonic() - built:.1f} s: {venv}")
+    print(
+        f"[wheel] built in {built - began:.1f} s; environment {'reused' if cached else 'made'} "
+        f"in {time.monotonic() - built:.1f} s: {venv}"
+    )
     return venv
 
 
@@ -82,26 +88,37 @@ def test_dev_slurm_up_from_an_installed_wheel(wheel_venv, slurm_cluster, tmp_pat
     assert ROOT not in outside.parents
 
     # the installed package reads its own templates, not the repository's
-    where = _run([str(wheel_venv / "bin" / "python"), "-c",
-                  "import cellscale_hub.dev.slurm as s; print(s.TEMPLATE_DIR); print(s.__file__)"], cwd=outside)
+    where = _run(
+        [
+            str(wheel_venv / "bin" / "python"),
+            "-c",
+            "import cellscale_hub.dev.slurm as s; print(s.TEMPLATE_DIR); print(s.__file__)",
+        ],
+        cwd=outside,
+    )
     templates, module = where.stdout.split()
     assert Path(templates).is_relative_to(wheel_venv) and Path(module).is_relative_to(wheel_venv), where.stdout
     assert sorted(p.name for p in Path(templates).glob("*.in")) == sorted(f"{t}.in" for t in dev_slurm.TEMPLATES)
 
     etc = slurm_cluster.state_dir / "etc"
     before = {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in etc.iterdir()}
-    daemons = {name: dev_slurm.pid_of(dev_slurm.Layout(slurm_cluster.state_dir), name)
-               for name in dev_slurm.daemon_names()}
+    daemons = {
+        name: dev_slurm.pid_of(dev_slurm.Layout(slurm_cluster.state_dir), name) for name in dev_slurm.daemon_names()
+    }
 
     began = time.monotonic()
-    up = _run([str(wheel_venv / "bin" / "cellscale"), "dev", "slurm", "up",
-               "--state-dir", str(slurm_cluster.state_dir)], cwd=outside, timeout=120)
+    up = _run(
+        [str(wheel_venv / "bin" / "cellscale"), "dev", "slurm", "up", "--state-dir", str(slurm_cluster.state_dir)],
+        cwd=outside,
+        timeout=120,
+    )
     print(f"[wheel] `cellscale dev slurm up` on the running cluster: {time.monotonic() - began:.1f} s")
     assert "cluster already running" in up.stdout, up.stdout
     assert "wrote " not in up.stdout and "config changed" not in up.stdout, up.stdout  # same configs
     assert {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in etc.iterdir()} == before
-    assert {name: dev_slurm.pid_of(dev_slurm.Layout(slurm_cluster.state_dir), name)
-            for name in dev_slurm.daemon_names()} == daemons  # nothing restarted
+    assert {
+        name: dev_slurm.pid_of(dev_slurm.Layout(slurm_cluster.state_dir), name) for name in dev_slurm.daemon_names()
+    } == daemons  # nothing restarted
     assert "PARTITION" in up.stdout and "node[1-4]" in up.stdout, up.stdout  # its status shows sinfo
 
     # and the cluster answers

@@ -7,6 +7,7 @@ live and resumes by offset; the jobs websocket pushes the list when it changes."
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -32,8 +33,9 @@ JUPYTER = Path(sys.executable).with_name("jupyter")
 class Relay:
     def __init__(self, url: str, plane: Plane, seen: list[str]):
         self.url, self.plane, self.seen = url, plane, seen
-        self.http = httpx.Client(base_url=f"{url}/cellscale/api/", timeout=20,
-                                 headers={"Authorization": f"token {TOKEN}"})
+        self.http = httpx.Client(
+            base_url=f"{url}/cellscale/api/", timeout=20, headers={"Authorization": f"token {TOKEN}"}
+        )
 
     def ws_url(self, path: str) -> str:
         return self.url.replace("http://", "ws://") + "/cellscale/api/" + path
@@ -67,20 +69,41 @@ def relay(tmp_path_factory):
 
     config = tmp / "jupyter-config"
     config.mkdir()
-    (config / "jupyter_server_config.json").write_text(json.dumps({
-        "ServerApp": {"jpserver_extensions": {"cellscale_server": True}, "allow_unauthenticated_access": False},
-        "IdentityProvider": {"token": TOKEN},
-        "CellscaleServerApp": {"jobs_poll_interval_s": 0.2},
-    }))
-    env = dict(os.environ, CELLSCALE_URL=f"http://127.0.0.1:{cp_port}/", CELLSCALE_TOKEN="alice",
-               JUPYTER_CONFIG_DIR=str(config), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
-               JUPYTER_DATA_DIR=str(tmp / "data"), PYTHONWARNINGS="always::Warning")
+    (config / "jupyter_server_config.json").write_text(
+        json.dumps(
+            {
+                "ServerApp": {"jpserver_extensions": {"cellscale_server": True}, "allow_unauthenticated_access": False},
+                "IdentityProvider": {"token": TOKEN},
+                "CellscaleServerApp": {"jobs_poll_interval_s": 0.2},
+            }
+        )
+    )
+    env = dict(
+        os.environ,
+        CELLSCALE_URL=f"http://127.0.0.1:{cp_port}/",
+        CELLSCALE_TOKEN="alice",
+        JUPYTER_CONFIG_DIR=str(config),
+        JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+        JUPYTER_DATA_DIR=str(tmp / "data"),
+        PYTHONWARNINGS="always::Warning",
+    )
     env.pop("JUPYTERHUB_API_TOKEN", None)
     log_path = tmp / "server.log"
     with open(log_path, "wb") as log:
-        server = subprocess.Popen([str(JUPYTER), "server", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-                                   f"--ServerApp.root_dir={tmp}", *(["--allow-root"] if os.getuid() == 0 else [])],
-                                  env=env, stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [
+                str(JUPYTER),
+                "server",
+                "--no-browser",
+                f"--port={port}",
+                "--ip=127.0.0.1",
+                f"--ServerApp.root_dir={tmp}",
+                *(["--allow-root"] if os.getuid() == 0 else []),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -110,6 +133,7 @@ async def _socket(url: str, token: str | None = TOKEN):
 
 def _messages(url: str, until, timeout: float = 20) -> tuple[list[dict], int | None, str | None]:
     """Read JSON messages until `until(messages)` is true or the server closes the socket."""
+
     async def read():
         ws = await _socket(url)
         got: list[dict] = []
@@ -138,12 +162,20 @@ def test_the_extension_declares_authentication_on_every_route(relay):
     assert not [line for line in undecorated if "/cellscale/" in line], undecorated
 
 
-@pytest.mark.parametrize("method,path", [
-    ("GET", "whoami"), ("GET", "quota"), ("GET", "jobs?scope=tenant"), ("GET", "jobs/cs-0123456789ab"),
-    ("GET", "jobs/cs-0123456789ab/events"), ("GET", "jobs/cs-0123456789ab/checkpoints"),
-    ("GET", "jobs/cs-0123456789ab/render"), ("GET", "jobs/cs-0123456789ab/logs"),
-    ("POST", "jobs/cs-0123456789ab/cancel"),
-])
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("GET", "whoami"),
+        ("GET", "quota"),
+        ("GET", "jobs?scope=tenant"),
+        ("GET", "jobs/cs-0123456789ab"),
+        ("GET", "jobs/cs-0123456789ab/events"),
+        ("GET", "jobs/cs-0123456789ab/checkpoints"),
+        ("GET", "jobs/cs-0123456789ab/render"),
+        ("GET", "jobs/cs-0123456789ab/logs"),
+        ("POST", "jobs/cs-0123456789ab/cancel"),
+    ],
+)
 def test_anonymous_calls_are_refused(relay, method, path):
     before = len(relay.seen)
     response = httpx.request(method, f"{relay.url}/cellscale/api/{path}", timeout=20)
@@ -158,8 +190,10 @@ def test_anonymous_websockets_are_refused(relay, path):
     assert refused.value.code == 403
 
 
-@pytest.mark.parametrize("path", ["jobs/cs-XYZ", "jobs/..%2Fwhoami", "jobs/cs-0123456789abc/events",
-                                  "jobs/cs-0123456789ab%3Fscope%3Dall/render"])
+@pytest.mark.parametrize(
+    "path",
+    ["jobs/cs-XYZ", "jobs/..%2Fwhoami", "jobs/cs-0123456789abc/events", "jobs/cs-0123456789ab%3Fscope%3Dall/render"],
+)
 def test_bad_job_ids_are_refused_before_forwarding(relay, path):
     before = len(relay.seen)
     response = relay.http.get(path)
@@ -212,12 +246,16 @@ def test_logs_websocket_follows_live_and_resumes_by_offset(relay):
     got, code, _ = _messages(relay.ws_url(f"jobs/{job_id}/logs/ws"), when_written)
     assert "".join(m["text"] for m in got) == "[rank 0] step 0\n[rank 1] step 0\n[rank 0] step 1\n"
     assert got[-1]["complete"] and code == 1000
-    assert got[0]["offset"] == 0 and all(a["next_offset"] == b["offset"] for a, b in zip(got, got[1:]))
+    assert got[0]["offset"] == 0 and all(a["next_offset"] == b["offset"] for a, b in itertools.pairwise(got))
 
     # the panel's fallback while the websocket is down: one slice at a time, never a stream
     part = relay.http.get(f"jobs/{job_id}/logs", params={"offset": got[0]["next_offset"], "follow": "true"})
-    assert part.json() == {"offset": got[0]["next_offset"], "next_offset": got[-1]["next_offset"],
-                           "text": "[rank 0] step 1\n", "complete": True}
+    assert part.json() == {
+        "offset": got[0]["next_offset"],
+        "next_offset": got[-1]["next_offset"],
+        "text": "[rank 0] step 1\n",
+        "complete": True,
+    }
 
     resumed, code, _ = _messages(relay.ws_url(f"jobs/{job_id}/logs/ws?offset={got[0]['next_offset']}"), lambda g: False)
     assert "".join(m["text"] for m in resumed) == "[rank 0] step 1\n" and code == 1000
@@ -256,12 +294,16 @@ def test_the_log_follower_resumes_from_the_last_offset_when_the_stream_drops(mon
         start = int(request.headers["Last-Event-ID"])
         end = text.index(b"\n", start) + 1
         chunk = {"offset": start, "next_offset": end, "text": text[start:end].decode(), "complete": end == len(text)}
-        return httpx.Response(200, text=f": keepalive\n\nid: {end}\ndata: {json.dumps(chunk)}\n\n",
-                              headers={"Content-Type": "text/event-stream"})
+        return httpx.Response(
+            200,
+            text=f": keepalive\n\nid: {end}\ndata: {json.dumps(chunk)}\n\n",
+            headers={"Content-Type": "text/event-stream"},
+        )
 
     async def follow():
-        plane = control_plane.ControlPlaneClient("http://cp/services/cellscale/", "t",
-                                                 transport=httpx.MockTransport(answer))
+        plane = control_plane.ControlPlaneClient(
+            "http://cp/services/cellscale/", "t", transport=httpx.MockTransport(answer)
+        )
         try:
             return [chunk async for chunk in plane.follow_logs("cs-0123456789ab", 0)]
         finally:

@@ -15,12 +15,14 @@ def tenancy(queues: dict[str, dict], cohorts: dict | None = None, flavors=("gpu"
     for name, q in queues.items():
         quotas = {f: (q[f] if isinstance(q[f], dict) else {"nominal": q[f]}) for f in flavors if f in q}
         cqs[name] = {"cohort": q.get("cohort"), "weight": q.get("weight", 1.0), "quotas": quotas}
-    return Tenancy.model_validate({
-        "flavors": {f: {"backend": "local"} for f in flavors},
-        "cohorts": cohorts or {},
-        "cluster_queues": cqs,
-        "tenants": {name: {"queues": {"default": {"cluster_queue": name}}} for name in queues},
-    })
+    return Tenancy.model_validate(
+        {
+            "flavors": {f: {"backend": "local"} for f in flavors},
+            "cohorts": cohorts or {},
+            "cluster_queues": cqs,
+            "tenants": {name: {"queues": {"default": {"cluster_queue": name}}} for name in queues},
+        }
+    )
 
 
 def pend(job_id, cq, gpus, priority=0, at=0.0, flavors=None):
@@ -35,7 +37,9 @@ TWO_DESKS = tenancy({"a": {"cohort": "firm", "gpu": 4}, "b": {"cohort": "firm", 
 
 
 def run(t, pending=(), holders=(), capacity=None, history=None, now=100.0):
-    cap = capacity or {f: sum(q.quotas[f].nominal for q in t.cluster_queues.values() if f in q.quotas) for f in t.flavors}
+    cap = capacity or {
+        f: sum(q.quotas[f].nominal for q in t.cluster_queues.values() if f in q.quotas) for f in t.flavors
+    }
     return schedule(Snapshot(t, cap, tuple(holders), tuple(pending), history or {}, now))
 
 
@@ -44,23 +48,52 @@ def admitted(decision):
 
 
 # -- quota, borrowing, lending --------------------------------------------------------------
-@pytest.mark.parametrize("case, t, pending, holders, expect", [
-    ("fits in nominal", TWO_DESKS, [pend("j", "a", 4)], [], ["j"]),
-    ("all or nothing: 3 needed, 2 free", TWO_DESKS, [pend("j", "a", 3)], [hold("x", "b", 6)], []),
-    ("borrows idle GPUs of the cohort", TWO_DESKS, [pend("j", "a", 7)], [], ["j"]),
-    ("no cohort, no borrowing",
-     tenancy({"a": {"gpu": 4}, "b": {"gpu": 4}}), [pend("j", "a", 4), pend("k", "a", 1, at=1)], [], ["j"]),
-    ("borrowing limit caps borrowing",
-     tenancy({"a": {"cohort": "f", "gpu": {"nominal": 4, "borrowing_limit": 1}}, "b": {"cohort": "f", "gpu": 4}}, {"f": {}}),
-     [pend("j", "a", 4), pend("k", "a", 2, at=1)], [], ["j"]),
-    ("lending limit keeps part private",
-     tenancy({"a": {"cohort": "f", "gpu": 4}, "b": {"cohort": "f", "gpu": {"nominal": 4, "lending_limit": 1}}}, {"f": {}}),
-     [pend("j", "a", 4), pend("k", "a", 2, at=1)], [], ["j"]),
-    ("the lender still uses its private part",
-     tenancy({"a": {"cohort": "f", "gpu": 4}, "b": {"cohort": "f", "gpu": {"nominal": 4, "lending_limit": 1}}}, {"f": {}}),
-     [pend("k", "b", 3)], [hold("x", "a", 5)], ["k"]),
-    ("physical capacity caps quota", TWO_DESKS, [pend("j", "a", 4)], [hold("x", "b", 2)], []),
-])
+@pytest.mark.parametrize(
+    "case, t, pending, holders, expect",
+    [
+        ("fits in nominal", TWO_DESKS, [pend("j", "a", 4)], [], ["j"]),
+        ("all or nothing: 3 needed, 2 free", TWO_DESKS, [pend("j", "a", 3)], [hold("x", "b", 6)], []),
+        ("borrows idle GPUs of the cohort", TWO_DESKS, [pend("j", "a", 7)], [], ["j"]),
+        (
+            "no cohort, no borrowing",
+            tenancy({"a": {"gpu": 4}, "b": {"gpu": 4}}),
+            [pend("j", "a", 4), pend("k", "a", 1, at=1)],
+            [],
+            ["j"],
+        ),
+        (
+            "borrowing limit caps borrowing",
+            tenancy(
+                {"a": {"cohort": "f", "gpu": {"nominal": 4, "borrowing_limit": 1}}, "b": {"cohort": "f", "gpu": 4}},
+                {"f": {}},
+            ),
+            [pend("j", "a", 4), pend("k", "a", 2, at=1)],
+            [],
+            ["j"],
+        ),
+        (
+            "lending limit keeps part private",
+            tenancy(
+                {"a": {"cohort": "f", "gpu": 4}, "b": {"cohort": "f", "gpu": {"nominal": 4, "lending_limit": 1}}},
+                {"f": {}},
+            ),
+            [pend("j", "a", 4), pend("k", "a", 2, at=1)],
+            [],
+            ["j"],
+        ),
+        (
+            "the lender still uses its private part",
+            tenancy(
+                {"a": {"cohort": "f", "gpu": 4}, "b": {"cohort": "f", "gpu": {"nominal": 4, "lending_limit": 1}}},
+                {"f": {}},
+            ),
+            [pend("k", "b", 3)],
+            [hold("x", "a", 5)],
+            ["k"],
+        ),
+        ("physical capacity caps quota", TWO_DESKS, [pend("j", "a", 4)], [hold("x", "b", 2)], []),
+    ],
+)
 def test_quota(case, t, pending, holders, expect):
     capacity = {"gpu": 5} if case == "physical capacity caps quota" else None
     assert admitted(run(t, pending, holders, capacity)) == expect, case
@@ -71,8 +104,11 @@ def test_borrowed_amount_is_reported():
 
 
 def test_flavor_order_prefers_a_flavor_within_nominal_over_borrowing():
-    t = tenancy({"a": {"cohort": "f", "h100": 2, "a100": 4}, "b": {"cohort": "f", "h100": 4, "a100": 4}},
-                {"f": {}}, flavors=("h100", "a100"))
+    t = tenancy(
+        {"a": {"cohort": "f", "h100": 2, "a100": 4}, "b": {"cohort": "f", "h100": 4, "a100": 4}},
+        {"f": {}},
+        flavors=("h100", "a100"),
+    )
     decision = run(t, [pend("j", "a", 3)])
     assert [(a.job_id, a.flavor, a.borrowed) for a in decision.admit] == [("j", "a100", 0)]
 
@@ -96,7 +132,9 @@ def test_fair_share_remembers_recent_use():
 
 
 def test_fair_share_counts_what_a_queue_holds_now():
-    t = tenancy({"a": {"cohort": "f", "gpu": 4}, "b": {"cohort": "f", "gpu": 4}, "c": {"cohort": "f", "gpu": 0}}, {"f": {}})
+    t = tenancy(
+        {"a": {"cohort": "f", "gpu": 4}, "b": {"cohort": "f", "gpu": 4}, "c": {"cohort": "f", "gpu": 0}}, {"f": {}}
+    )
     decision = run(t, [pend("a2", "a", 2, at=1), pend("c1", "c", 2, at=2)], [hold("a1", "a", 5)], capacity={"gpu": 8})
     assert admitted(decision) == ["c1"]
 
@@ -110,8 +148,10 @@ def test_fair_share_weights():
 def test_fair_share_is_hierarchical():
     """Division x has two desks that each used a little; division y's one desk used more
     than either, but less than x in total: y goes first."""
-    t = tenancy({"x1": {"cohort": "x", "gpu": 2}, "x2": {"cohort": "x", "gpu": 2}, "y1": {"cohort": "y", "gpu": 4}},
-                {"firm": {}, "x": {"parent": "firm"}, "y": {"parent": "firm"}})
+    t = tenancy(
+        {"x1": {"cohort": "x", "gpu": 2}, "x2": {"cohort": "x", "gpu": 2}, "y1": {"cohort": "y", "gpu": 4}},
+        {"firm": {}, "x": {"parent": "firm"}, "y": {"parent": "firm"}},
+    )
     pending = [pend("x", "x1", 8, at=1), pend("y", "y1", 8, at=2)]
     assert admitted(run(t, pending, history={"x1": 2.0, "x2": 2.0, "y1": 3.0})) == ["y"]
 
@@ -123,12 +163,27 @@ def test_order_updates_as_jobs_are_admitted():
 
 # -- strictness ---------------------------------------------------------------------------------
 def test_blocked_head_blocks_its_queue_and_borrowing_by_others():
-    decision = run(TWO_DESKS, [pend("big", "a", 6, at=1), pend("small", "a", 1, at=2),
-                               pend("b-own", "b", 2, at=3), pend("b-borrow", "b", 3, at=4)],
-                   [hold("x", "b", 3)])
+    decision = run(
+        TWO_DESKS,
+        [
+            pend("big", "a", 6, at=1),
+            pend("small", "a", 1, at=2),
+            pend("b-own", "b", 2, at=3),
+            pend("b-borrow", "b", 3, at=4),
+        ],
+        [hold("x", "b", 3)],
+    )
     assert admitted(decision) == []  # b-own would not borrow, but b's head (b-own,2)+3 held = 5 > 4
-    decision = run(TWO_DESKS, [pend("big", "a", 6, at=1), pend("small", "a", 1, at=2), pend("b-own", "b", 1, at=3),
-                               pend("b-borrow", "b", 2, at=4)], [hold("x", "b", 3)])
+    decision = run(
+        TWO_DESKS,
+        [
+            pend("big", "a", 6, at=1),
+            pend("small", "a", 1, at=2),
+            pend("b-own", "b", 1, at=3),
+            pend("b-borrow", "b", 2, at=4),
+        ],
+        [hold("x", "b", 3)],
+    )
     assert admitted(decision) == ["b-own"]
     assert decision.pending["small"].code == "Queued" and decision.pending["small"].position == 2
     assert decision.pending["small"].ahead[0].job_id == "big"
@@ -136,8 +191,11 @@ def test_blocked_head_blocks_its_queue_and_borrowing_by_others():
 
 # -- preemption -------------------------------------------------------------------------------
 def test_reclaim_takes_back_lent_gpus_losing_least_work():
-    holders = [hold("old-ckpt", "a", 2, started=0, ckpt=10), hold("new-ckpt", "a", 2, started=0, ckpt=95),
-               hold("a-own", "a", 4, started=0)]
+    holders = [
+        hold("old-ckpt", "a", 2, started=0, ckpt=10),
+        hold("new-ckpt", "a", 2, started=0, ckpt=95),
+        hold("a-own", "a", 4, started=0),
+    ]
     decision = run(TWO_DESKS, [pend("b1", "b", 2)], holders)
     assert admitted(decision) == []
     assert [p.job_id for p in decision.preempt] == ["new-ckpt"]
@@ -163,7 +221,9 @@ def test_lender_within_its_quota_is_never_a_victim():
 
 def test_priority_preemption_within_a_queue():
     t = tenancy({"a": {"gpu": 4}})
-    decision = run(t, [pend("urgent", "a", 2, priority=100)], [hold("low", "a", 2, priority=-100), hold("same", "a", 2)])
+    decision = run(
+        t, [pend("urgent", "a", 2, priority=100)], [hold("low", "a", 2, priority=-100), hold("same", "a", 2)]
+    )
     assert [p.job_id for p in decision.preempt] == ["low"]
     assert "higher-priority" in decision.preempt[0].reason
 
@@ -188,9 +248,12 @@ def test_never_fits_says_the_numbers():
 
 
 def test_pending_reason_names_holders_and_estimates_start():
-    t = tenancy({"a": {"cohort": "f", "gpu": {"nominal": 4, "borrowing_limit": 0}}, "b": {"cohort": "f", "gpu": 4}},
-                {"f": {}})
-    reason = run(t, [pend("j", "a", 4)], [hold("h1", "a", 2, ends_by=400), hold("h2", "a", 2, ends_by=300)]).pending["j"]
+    t = tenancy(
+        {"a": {"cohort": "f", "gpu": {"nominal": 4, "borrowing_limit": 0}}, "b": {"cohort": "f", "gpu": 4}}, {"f": {}}
+    )
+    reason = run(t, [pend("j", "a", 4)], [hold("h1", "a", 2, ends_by=400), hold("h2", "a", 2, ends_by=300)]).pending[
+        "j"
+    ]
     assert reason.code == "QuotaExhausted" and reason.needs == 4 and reason.available == 0
     assert {a.job_id for a in reason.ahead} == {"h1", "h2"}
     assert reason.estimated_start == 400
@@ -205,8 +268,12 @@ def test_pool_lent_reason_lists_borrowers_first():
 
 # -- found by the trace replay and the admission benchmark ------------------------------------
 def test_a_job_within_nominal_goes_before_a_borrower_so_nothing_is_lent_and_reclaimed_at_once():
-    decision = run(TWO_DESKS, [pend("b-more", "b", 4, at=0), pend("a-job", "a", 4, at=1)], [hold("b-own", "b", 4)],
-                   history={"a": 20.0})
+    decision = run(
+        TWO_DESKS,
+        [pend("b-more", "b", 4, at=0), pend("a-job", "a", 4, at=1)],
+        [hold("b-own", "b", 4)],
+        history={"a": 20.0},
+    )
     assert admitted(decision) == ["a-job"] and decision.preempt == []
     assert decision.pending["b-more"].code == "PoolLent"
 
@@ -232,9 +299,12 @@ def test_a_job_held_back_by_another_queues_claim_says_so():
 
 
 def test_estimate_counts_only_holders_whose_end_helps():
-    t = tenancy({"a": {"cohort": "f", "gpu": {"nominal": 4, "borrowing_limit": 0}}, "b": {"cohort": "f", "gpu": 4}},
-                {"f": {}})
-    reason = run(t, [pend("j", "a", 4)], [hold("mine", "a", 4, ends_by=1000), hold("theirs", "b", 2, ends_by=200)]).pending["j"]
+    t = tenancy(
+        {"a": {"cohort": "f", "gpu": {"nominal": 4, "borrowing_limit": 0}}, "b": {"cohort": "f", "gpu": 4}}, {"f": {}}
+    )
+    reason = run(
+        t, [pend("j", "a", 4)], [hold("mine", "a", 4, ends_by=1000), hold("theirs", "b", 2, ends_by=200)]
+    ).pending["j"]
     assert reason.code == "QuotaExhausted" and reason.estimated_start == 1000
 
 

@@ -23,11 +23,15 @@ def test_committed_openapi_schema_matches_the_app():
     committed = json.loads(COMMITTED.read_text())
     if current != committed:
         changed = sorted(
-            name for name in set(current["components"]["schemas"]) | set(committed["components"]["schemas"])
+            name
+            for name in set(current["components"]["schemas"]) | set(committed["components"]["schemas"])
             if current["components"]["schemas"].get(name) != committed["components"]["schemas"].get(name)
         )
-        paths = sorted(p for p in set(current["paths"]) | set(committed["paths"])
-                       if current["paths"].get(p) != committed["paths"].get(p))
+        paths = sorted(
+            p
+            for p in set(current["paths"]) | set(committed["paths"])
+            if current["paths"].get(p) != committed["paths"].get(p)
+        )
         raise AssertionError(
             f"the control plane's API changed (schemas: {', '.join(changed) or 'none'}; "
             f"paths: {', '.join(paths) or 'none'}) but the panel's generated types did not. "

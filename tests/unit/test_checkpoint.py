@@ -129,7 +129,8 @@ def test_a_crashed_write_is_invisible_and_removed_by_the_next_commit(url):
     assert_same(template, saved)
     assert not fs.exists(f"{ckpt.root}/.tmp-step-5-dead")
     assert sorted(fs.find(f"{ckpt.root}/step-6")) == sorted(
-        f"{ckpt.root}/step-6/{name}" for name in (MANIFEST, "dcp/.metadata", "dcp/__0_0.distcp"))
+        f"{ckpt.root}/step-6/{name}" for name in (MANIFEST, "dcp/.metadata", "dcp/__0_0.distcp")
+    )
 
 
 def flip_a_byte(fs, path: str) -> None:
@@ -171,7 +172,9 @@ def test_a_missing_or_broken_manifest_entry_is_reported(url):
     resume = ckpt.latest_verified()
     assert resume.step == 1
     assert [(s.step, s.reason) for s in resume.skipped] == [
-        (3, "dcp/__0_0.distcp is missing"), (2, "unreadable manifest (ValidationError)")]
+        (3, "dcp/__0_0.distcp is missing"),
+        (2, "unreadable manifest (ValidationError)"),
+    ]
 
 
 def test_retention_keeps_the_last_k(url):
@@ -209,8 +212,12 @@ def test_a_custom_notifier_gets_each_commit_and_its_failure_does_not_fail_the_sa
 def test_extra_state_numpy_and_python_objects(url):
     ckpt = Checkpointer(url, notifier=quiet)
     rng = np.random.default_rng(7)
-    extra = {"array": np.arange(6.0).reshape(2, 3), "rng": rng.bit_generator.state, "point": Point(1, 2),
-             "history": [0.5, 0.25]}
+    extra = {
+        "array": np.arange(6.0).reshape(2, 3),
+        "rng": rng.bit_generator.state,
+        "point": Point(1, 2),
+        "history": [0.5, 0.25],
+    }
     ckpt.save(1, model_state(1), extra=extra).result()
     extra["history"].append(0.125)  # pickled at save(): later changes are not in the checkpoint
 
@@ -226,8 +233,9 @@ def two_ranks(rank: int, store: str, root: str) -> None:
     """One rank of the gloo test: a tensor sharded by rows across the two ranks."""
     from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
 
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2,
-                            timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
+    )
     try:
         mesh = init_device_mesh("cpu", (2,))
         full = torch.arange(16.0).reshape(8, 2)
@@ -258,8 +266,9 @@ def test_two_gloo_ranks_save_and_load_sharded_state(tmp_path):
 def steps_during_an_async_save(rank: int, store: str, root: str) -> None:
     """One rank of a training loop that keeps stepping (maybe_save agrees every step) while rank
     0's commit of an async save is slow, so the two threads' collectives overlap."""
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2,
-                            timeout=timedelta(seconds=20))
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store}", rank=rank, world_size=2, timeout=timedelta(seconds=20)
+    )
     try:
         ckpt = Checkpointer(root, keep=2, notifier=lambda _checkpoint: time.sleep(1.0))  # rank 0 commits slowly
         state = {"w": torch.zeros(4)}
@@ -276,5 +285,9 @@ def steps_during_an_async_save(rank: int, store: str, root: str) -> None:
 def test_steps_go_on_while_an_async_save_commits(tmp_path):
     # found on Slurm with a 160 MB state: the per-step agreement and the background commit shared
     # one gloo group and their messages crossed (a hang, or "Received data size doesn't match")
-    mp.start_processes(steps_during_an_async_save, args=(str(tmp_path / "store"), str(tmp_path / "ckpt")), nprocs=2,
-                       start_method="fork")
+    mp.start_processes(
+        steps_during_an_async_save,
+        args=(str(tmp_path / "store"), str(tmp_path / "ckpt")),
+        nprocs=2,
+        start_method="fork",
+    )

@@ -1,26 +1,48 @@
 """How a waiting or preempted job reads in the notebook."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from cellscale.display import describe, status_line
 from cellscale.spec import AheadView, AttemptState, AttemptView, CheckpointView, JobSpec, JobView, PendingView, Phase
 
+
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def job(**fields) -> JobView:
-    base = dict(id="cs-1", name="cell", owner="alice", tenant="desk-a", queue="default", backend="slurm",
-                cluster_queue="desk-a", phase=Phase.PENDING, spec=JobSpec(source="pass"), created_at=now(),
-                updated_at=now(), started_at=None, finished_at=None, cancel_requested=False, result_available=False,
-                attempts=[])
+    base = dict(
+        id="cs-1",
+        name="cell",
+        owner="alice",
+        tenant="desk-a",
+        queue="default",
+        backend="slurm",
+        cluster_queue="desk-a",
+        phase=Phase.PENDING,
+        spec=JobSpec(source="pass"),
+        created_at=now(),
+        updated_at=now(),
+        started_at=None,
+        finished_at=None,
+        cancel_requested=False,
+        result_available=False,
+        attempts=[],
+    )
     return JobView(**(base | fields))
 
 
 def test_pending_job_says_why_where_and_when():
-    pending = PendingView(code="PoolLent", message="waiting for 8 slurm GPU(s) at once; 4 free to it", position=1,
-                          flavor="slurm", needs=8, available=4, estimated_start=now() + timedelta(minutes=30),
-                          ahead=[AheadView(job_id="cs-2", cluster_queue="desk-b", gpus=24, why="borrowing")])
+    pending = PendingView(
+        code="PoolLent",
+        message="waiting for 8 slurm GPU(s) at once; 4 free to it",
+        position=1,
+        flavor="slurm",
+        needs=8,
+        available=4,
+        estimated_start=now() + timedelta(minutes=30),
+        ahead=[AheadView(job_id="cs-2", cluster_queue="desk-b", gpus=24, why="borrowing")],
+    )
     waiting = job(pending=pending, reason=pending.message)
     assert "estimated start" in status_line(waiting) and "(in 30 min)" in status_line(waiting)
     text = describe(waiting)
@@ -30,9 +52,19 @@ def test_pending_job_says_why_where_and_when():
 
 
 def test_preempted_attempt_and_warning_show():
-    first = AttemptView(number=1, backend="slurm", backend_ref="7", state=AttemptState.CANCELLED, gpu_ids=[],
-                        submitted_at=now(), started_at=now(), ended_at=now(), exit_code=0, last_heartbeat=None,
-                        end_reason="preempted: preempted to return 8 borrowed slurm GPU(s) to desk-b")
+    first = AttemptView(
+        number=1,
+        backend="slurm",
+        backend_ref="7",
+        state=AttemptState.CANCELLED,
+        gpu_ids=[],
+        submitted_at=now(),
+        started_at=now(),
+        ended_at=now(),
+        exit_code=0,
+        last_heartbeat=None,
+        end_reason="preempted: preempted to return 8 borrowed slurm GPU(s) to desk-b",
+    )
     running = job(phase=Phase.RUNNING, flavor="slurm", borrowed=8, preempting=True, attempts=[first])
     assert "being preempted: checkpoint now" in status_line(running)
     text = describe(running)
@@ -41,12 +73,30 @@ def test_preempted_attempt_and_warning_show():
 
 
 def test_attempts_show_fault_class_step_and_checkpoints():
-    failed = AttemptView(number=1, backend="slurm", backend_ref="7", state=AttemptState.FAILED, gpu_ids=[],
-                         submitted_at=now(), started_at=now(), ended_at=now(), exit_code=1, last_heartbeat=None,
-                         end_reason="node failure: node3 (down)", fault="infrastructure", failed_nodes=["node3"],
-                         last_step=41)
-    checkpoint = CheckpointView(attempt=1, step=40, url="s3://ckpt/step-40", size_bytes=3 * 2**20,
-                                committed_at=now() - timedelta(minutes=5), write_s=1.5)
+    failed = AttemptView(
+        number=1,
+        backend="slurm",
+        backend_ref="7",
+        state=AttemptState.FAILED,
+        gpu_ids=[],
+        submitted_at=now(),
+        started_at=now(),
+        ended_at=now(),
+        exit_code=1,
+        last_heartbeat=None,
+        end_reason="node failure: node3 (down)",
+        fault="infrastructure",
+        failed_nodes=["node3"],
+        last_step=41,
+    )
+    checkpoint = CheckpointView(
+        attempt=1,
+        step=40,
+        url="s3://ckpt/step-40",
+        size_bytes=3 * 2**20,
+        committed_at=now() - timedelta(minutes=5),
+        write_s=1.5,
+    )
     text = describe(job(phase=Phase.RUNNING, attempts=[failed], excluded_nodes=["node3"]), [checkpoint])
     assert "attempt 1 on slurm, step 41: failed [infrastructure]: node failure: node3 (down)" in text
     assert "avoiding nodes: node3" in text

@@ -16,8 +16,10 @@ def _installed() -> Path:
     for root in jupyter_paths.jupyter_path("labextensions"):
         if (Path(root) / NAME / "package.json").is_file():
             return Path(root) / NAME
-    pytest.fail(f"{NAME} is not installed in any of {jupyter_paths.jupyter_path('labextensions')}: "
-                f"run scripts/install (or `.venv/bin/pip install -e .`)")
+    pytest.fail(
+        f"{NAME} is not installed in any of {jupyter_paths.jupyter_path('labextensions')}: "
+        f"run scripts/install (or `.venv/bin/pip install -e .`)"
+    )
 
 
 def test_the_built_panel_is_installed_with_the_distribution():

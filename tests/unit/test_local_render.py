@@ -21,10 +21,19 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_render_matches_golden(case):
-    job_dir = Path("/var/cellscale/jobs/it's a dir") if case == "local-quoting" else Path("/var/cellscale/jobs/cs-0123456789ab")
+    job_dir = (
+        Path("/var/cellscale/jobs/it's a dir")
+        if case == "local-quoting"
+        else Path("/var/cellscale/jobs/cs-0123456789ab")
+    )
     spec = JobSpec(source="x = 1", **CASES[case])
-    ref = AttemptRef(job_id="cs-0123456789ab", number=1, job_dir=job_dir, spec=spec,
-                     gpu_ids=tuple(range(spec.resources.gpus_per_node)))
+    ref = AttemptRef(
+        job_id="cs-0123456789ab",
+        number=1,
+        job_dir=job_dir,
+        spec=spec,
+        gpu_ids=tuple(range(spec.resources.gpus_per_node)),
+    )
     script = LocalDriver(name="local", gpus=8).render(ref).replace(sys.executable, "PYTHON")
     path = GOLDEN / f"{case}.sh"
     if os.environ.get("CELLSCALE_UPDATE_GOLDEN"):

@@ -3,7 +3,7 @@ input is refused before anything is sent, and that results land in the namespace
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import cloudpickle
 import pytest
@@ -13,7 +13,7 @@ from cellscale.bundle import InputError, pack_inputs
 from cellscale.magics import ClusterMagics, JobFailed
 from cellscale.spec import JobView, LogChunk, Phase, RenderView
 
-NOW = datetime.now(timezone.utc)
+NOW = datetime.now(UTC)
 
 
 class RecordingClient:
@@ -47,10 +47,24 @@ class RecordingClient:
         return self.outputs
 
     def _view(self):
-        return JobView(id="cs-000000000001", name="cell", owner="alice", tenant="desk-a", queue="default",
-                       backend="local", phase=self.phase, reason="because", spec=self.spec, created_at=NOW,
-                       updated_at=NOW, started_at=NOW, finished_at=NOW, cancel_requested=False,
-                       result_available=bool(self.outputs), attempts=[])
+        return JobView(
+            id="cs-000000000001",
+            name="cell",
+            owner="alice",
+            tenant="desk-a",
+            queue="default",
+            backend="local",
+            phase=self.phase,
+            reason="because",
+            spec=self.spec,
+            created_at=NOW,
+            updated_at=NOW,
+            started_at=NOW,
+            finished_at=NOW,
+            cancel_requested=False,
+            result_available=bool(self.outputs),
+            attempts=[],
+        )
 
 
 @pytest.fixture

@@ -14,14 +14,21 @@ def job_dir(tmp_path, source: str, **plan) -> JobDir:
     jd = JobDir(tmp_path / "cs-test")
     jd.root.mkdir()
     jd.cell.write_text(source)
-    jd.write_plan(LaunchPlan(job_id="cs-test", attempt=1, launcher=Launcher.plain, nodes=1, gpus_per_node=0,
-                             procs_per_node=1, **plan))
+    jd.write_plan(
+        LaunchPlan(
+            job_id="cs-test", attempt=1, launcher=Launcher.plain, nodes=1, gpus_per_node=0, procs_per_node=1, **plan
+        )
+    )
     return jd
 
 
 def supervise(jd: JobDir, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cellscale.runtime.supervisor", str(jd.root), "1"],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cellscale.runtime.supervisor", str(jd.root), "1"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_time_limit_stops_the_job_and_says_so(tmp_path):
@@ -39,8 +46,13 @@ def test_env_inputs_and_outputs(tmp_path):
 
     from cellscale.bundle import pack_inputs
 
-    jd = job_dir(tmp_path, "import os\nout = (os.environ['MODE'], base * 2)", env={"MODE": "fast"},
-                 input_names=["base"], outputs=["out"])
+    jd = job_dir(
+        tmp_path,
+        "import os\nout = (os.environ['MODE'], base * 2)",
+        env={"MODE": "fast"},
+        input_names=["base"],
+        outputs=["out"],
+    )
     jd.inputs.write_bytes(pack_inputs({"base": 21}, ["base"]))
     supervise(jd)
     assert jd.read_exit(1).reason == "succeeded"
@@ -58,8 +70,10 @@ def test_a_survivors_error_after_a_lost_peer_is_not_a_user_error(tmp_path):
     from cellscale.runtime.cell import lost_a_peer, record_error
     from cellscale.runtime.jobdir import JobDir
 
-    gloo = RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:38807. This is typically caused by a "
-                        "remote worker crashing.")
+    gloo = RuntimeError(
+        "[pair.cc:553] Connection closed by peer [127.0.0.1]:38807. This is typically caused by a "
+        "remote worker crashing."
+    )
     assert lost_a_peer(gloo) and not lost_a_peer(ValueError("learning rate is negative"))
     job = JobDir(tmp_path)
     job.attempt_dir(1).mkdir(parents=True)
@@ -79,8 +93,10 @@ def test_the_newest_checkpoint_is_read_from_the_log_tail(tmp_path):
     job = JobDir(tmp_path)
     assert job.latest_checkpoint(1) is None
     job.attempt_dir(1).mkdir(parents=True)
-    lines = [json.dumps({"step": step, "url": f"/ckpt/step-{step}", "size_bytes": 10, "wall_time": step, "write_s": 0.1})
-             for step in range(500)]
+    lines = [
+        json.dumps({"step": step, "url": f"/ckpt/step-{step}", "size_bytes": 10, "wall_time": step, "write_s": 0.1})
+        for step in range(500)
+    ]
     job.checkpoints_log(1).write_text("\n".join(lines) + '\n{"step": 500, "ur')  # longer than the tail; torn end
     assert job.latest_checkpoint(1).step == 499
     assert [c.step for c in job.read_checkpoints(1)] == list(range(500))
@@ -89,7 +105,15 @@ def test_the_newest_checkpoint_is_read_from_the_log_tail(tmp_path):
 def test_every_job_directory_record_reads_back_what_was_written(tmp_path):
     from cellscale.runtime.jobdir import JobDir
     from cellscale.runtime.records import (
-        Checkpoint, ExitRecord, Heartbeat, PreemptNotice, Progress, RankError, ResumeReport, Skipped, Started,
+        Checkpoint,
+        ExitRecord,
+        Heartbeat,
+        PreemptNotice,
+        Progress,
+        RankError,
+        ResumeReport,
+        Skipped,
+        Started,
     )
     from cellscale.vocabulary import ExitReason
 

@@ -1,10 +1,9 @@
 """The Slurm driver's pure parts: the batch script (golden files), shapes, state parsing.
 Its behaviour against a real cluster is in tests/integration/test_slurm_backend.py."""
 
+import dataclasses
 import os
 from pathlib import Path
-
-import dataclasses
 
 import pytest
 from traitlets import TraitError
@@ -22,13 +21,20 @@ class FixedSlurm(SlurmDriver):
     render needs no capacity)."""
 
     def capacity(self) -> BackendView:
-        return BackendView(name=self.name, kind="slurm", capacity_gpus=32, max_nodes=4, gpus_per_node=8,
-                           launchers=list(Launcher))
+        return BackendView(
+            name=self.name, kind="slurm", capacity_gpus=32, max_nodes=4, gpus_per_node=8, launchers=list(Launcher)
+        )
 
 
 def ref(spec: JobSpec, tenant="desk-a") -> AttemptRef:
-    return AttemptRef(job_id="cs-0123456789ab", number=2, job_dir=Path("/shared/cellscale/jobs/cs-0123456789ab"),
-                      spec=spec, owner="alice", tenant=tenant)
+    return AttemptRef(
+        job_id="cs-0123456789ab",
+        number=2,
+        job_dir=Path("/shared/cellscale/jobs/cs-0123456789ab"),
+        spec=spec,
+        owner="alice",
+        tenant=tenant,
+    )
 
 
 SITE = {
@@ -65,8 +71,9 @@ def test_render_runs_no_slurm_command(monkeypatch, tmp_path):
     assert "#SBATCH --exclude=node1,node2\n" in driver.render(attempt)
 
 
-@pytest.mark.parametrize(("excluded", "kept"),
-                         [(("node1", "node2"), ("node1", "node2")), (("node1", "node2", "node3"), ())])
+@pytest.mark.parametrize(
+    ("excluded", "kept"), [(("node1", "node2"), ("node1", "node2")), (("node1", "node2", "node3"), ())]
+)
 def test_submit_avoids_failed_nodes_while_enough_others_remain(excluded, kept):
     """Of 4 nodes, a 2-node gang can avoid 2 failed ones, not 3 (it would wait forever)."""
     attempt = dataclasses.replace(ref(JobSpec(source="x", resources={"nodes": 2})), excluded_nodes=excluded)
@@ -113,8 +120,9 @@ def test_a_custom_batch_template_renders():
         "cd {job_dir}\n"
         "srun --mpi=none --ntasks-per-node=1 {supervisor}\n"
     )
-    driver = SlurmDriver(name="slurm", python="/opt/my venv/bin/python", batch_template=template,
-                         extra_directives=["--qos=normal"])
+    driver = SlurmDriver(
+        name="slurm", python="/opt/my venv/bin/python", batch_template=template, extra_directives=["--qos=normal"]
+    )
     script = driver.render(ref(JobSpec(source="x", resources={"nodes": 2, "gpus_per_node": 8})))
     assert script == (
         "#!/bin/bash -l\n"
@@ -185,7 +193,12 @@ def test_user_names_are_validated_before_any_command():
     with pytest.raises(SpecRejected, match="not a valid Unix user"):
         FixedSlurm(name="slurm")._as_user("alice; rm -rf /")
     assert FixedSlurm(name="slurm", submit_as=["sudo", "-n", "-u", "{user}", "--"])._as_user("bob") == [
-        "sudo", "-n", "-u", "bob", "--"]
+        "sudo",
+        "-n",
+        "-u",
+        "bob",
+        "--",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -233,8 +246,15 @@ def test_rendezvous_port_is_stable_per_attempt():
 
 def test_an_unsettled_accounting_record_is_unknown_not_final(tmp_path):
     driver = FixedSlurm(name="slurm")
-    attempt = AttemptRef(job_id="cs-0123456789ab", number=1, job_dir=tmp_path, spec=JobSpec(source="x"),
-                         backend_ref="42", owner="alice", tenant="desk-a")
+    attempt = AttemptRef(
+        job_id="cs-0123456789ab",
+        number=1,
+        job_dir=tmp_path,
+        spec=JobSpec(source="x"),
+        backend_ref="42",
+        owner="alice",
+        tenant="desk-a",
+    )
     early = {"state": {"current": "NODE_FAIL"}, "allocation_nodes": 0, "nodes": "node1"}
     assert driver._observe(attempt, early).state.value == "UNKNOWN"
     never_ran = {"state": {"current": "CANCELLED"}, "allocation_nodes": 0, "nodes": "None assigned"}
@@ -245,26 +265,28 @@ def test_account_limits_mirror_quota_ceiling_and_entitled_share():
     from cellscale_hub.drivers.slurm import account_limits
     from cellscale_hub.tenancy import Tenancy
 
-    tenancy = Tenancy.model_validate({
-        "flavors": {"slurm": {"backend": "slurm"}, "local": {"backend": "local"}},
-        "cohorts": {"firm": {}, "trading": {"parent": "firm", "weight": 3}, "research": {"parent": "firm"}},
-        "cluster_queues": {
-            "desk-a": {"cohort": "trading", "quotas": {"slurm": {"nominal": 16, "borrowing_limit": 4}}},
-            "desk-b": {"cohort": "trading", "quotas": {"slurm": {"nominal": 8}, "local": {"nominal": 2}}},
-            "lab": {"cohort": "research", "quotas": {"slurm": {"nominal": 8, "lending_limit": 0}}},
-            "laptop": {"quotas": {"local": {"nominal": 4}}},
-        },
-        "tenants": {
-            "desk-a": {"queues": {"default": {"cluster_queue": "desk-a"}}},
-            "desk-b": {"queues": {"default": {"cluster_queue": "desk-b"}}},
-            "lab": {"queues": {"default": {"cluster_queue": "lab"}}},
-            "Laptop": {"queues": {"default": {"cluster_queue": "laptop"}}},
-        },
-    })
+    tenancy = Tenancy.model_validate(
+        {
+            "flavors": {"slurm": {"backend": "slurm"}, "local": {"backend": "local"}},
+            "cohorts": {"firm": {}, "trading": {"parent": "firm", "weight": 3}, "research": {"parent": "firm"}},
+            "cluster_queues": {
+                "desk-a": {"cohort": "trading", "quotas": {"slurm": {"nominal": 16, "borrowing_limit": 4}}},
+                "desk-b": {"cohort": "trading", "quotas": {"slurm": {"nominal": 8}, "local": {"nominal": 2}}},
+                "lab": {"cohort": "research", "quotas": {"slurm": {"nominal": 8, "lending_limit": 0}}},
+                "laptop": {"quotas": {"local": {"nominal": 4}}},
+            },
+            "tenants": {
+                "desk-a": {"queues": {"default": {"cluster_queue": "desk-a"}}},
+                "desk-b": {"queues": {"default": {"cluster_queue": "desk-b"}}},
+                "lab": {"queues": {"default": {"cluster_queue": "lab"}}},
+                "Laptop": {"queues": {"default": {"cluster_queue": "laptop"}}},
+            },
+        }
+    )
     # the root has two children (cohort firm, queue laptop): firm is entitled to 1/2, trading
     # to 3/4 of that, each desk to half of trading: 0.1875 of the fleet; lab 1/2 · 1/4
     assert account_limits(tenancy, "slurm", cluster_gpus=32) == {
         "desk-a": (20, 188),  # 16 + its borrowing limit 4
         "desk-b": (24, 188),  # 8 + what desk-a may lend (16); lab lends nothing
-        "lab": (32, 125),     # 8 + 16 + 8 = 32, the whole cluster
+        "lab": (32, 125),  # 8 + 16 + 8 = 32, the whole cluster
     }  # Laptop is no Slurm account name and has no Slurm quota

@@ -12,8 +12,19 @@ from cellscale_hub.store.models import Job, utcnow
 
 def make_job(job_id="cs-1", owner="alice", key="k1", source="x = 1", tenant="desk-a", at=None):
     spec = JobSpec(source=source).model_dump(mode="json")
-    return Job(id=job_id, idempotency_key=key, owner=owner, tenant=tenant, queue="default", backend="local",
-               name="cell", spec=spec, gpus=0, phase="PENDING", created_at=at or utcnow())
+    return Job(
+        id=job_id,
+        idempotency_key=key,
+        owner=owner,
+        tenant=tenant,
+        queue="default",
+        backend="local",
+        name="cell",
+        spec=spec,
+        gpus=0,
+        phase="PENDING",
+        created_at=at or utcnow(),
+    )
 
 
 def test_migration_creates_the_schema(store):
@@ -80,7 +91,9 @@ def test_list_filters_and_paginates(store):
     seen, cursor = [], None
     while True:
         with store.session() as s:
-            rows, cursor = q.list_jobs(s, owners=None, tenants=["desk-a"], phase=None, name=None, limit=3, cursor=cursor)
+            rows, cursor = q.list_jobs(
+                s, owners=None, tenants=["desk-a"], phase=None, name=None, limit=3, cursor=cursor
+            )
             seen += [r.id for r in rows]
         if cursor is None:
             break

@@ -46,15 +46,25 @@ def test_end_event_is_the_last_chunk_and_unknown_events_are_skipped():
     assert list(log_chunks(["event: progress", f"data: {chunk.model_dump_json()}", ""])) == []
 
 
-@pytest.mark.parametrize(("status", "body", "detail"), [
-    (404, b'{"detail": "no job cs-000000000000 visible to you"}', "no job cs-000000000000 visible to you"),
-    (422, '{"detail": "--gpus-per-node: Input should be less than or equal to 64"}',
-     "--gpus-per-node: Input should be less than or equal to 64"),
-    (502, b"<html>\n  <body>Bad   Gateway</body>\n</html>", "HTTP 502: <html> <body>Bad Gateway</body> </html>"),
-    (500, b"", "HTTP 500"),
-    (422, b'{"detail": [{"loc": ["query"], "msg": "x"}]}', 'HTTP 422: {"detail": [{"loc": ["query"], "msg": "x"}]}'),
-    (400, b'["not", "an", "object"]', 'HTTP 400: ["not", "an", "object"]'),
-])
+@pytest.mark.parametrize(
+    ("status", "body", "detail"),
+    [
+        (404, b'{"detail": "no job cs-000000000000 visible to you"}', "no job cs-000000000000 visible to you"),
+        (
+            422,
+            '{"detail": "--gpus-per-node: Input should be less than or equal to 64"}',
+            "--gpus-per-node: Input should be less than or equal to 64",
+        ),
+        (502, b"<html>\n  <body>Bad   Gateway</body>\n</html>", "HTTP 502: <html> <body>Bad Gateway</body> </html>"),
+        (500, b"", "HTTP 500"),
+        (
+            422,
+            b'{"detail": [{"loc": ["query"], "msg": "x"}]}',
+            'HTTP 422: {"detail": [{"loc": ["query"], "msg": "x"}]}',
+        ),
+        (400, b'["not", "an", "object"]', 'HTTP 400: ["not", "an", "object"]'),
+    ],
+)
 def test_error_detail_is_always_one_string(status, body, detail):
     assert error_detail(status, body) == detail
 
@@ -64,23 +74,27 @@ def test_every_flag_in_the_map_is_a_flag_of_the_magic():
     assert set(FLAGS.values()) <= flags
 
 
-@pytest.mark.parametrize(("loc", "where"), [
-    (("resources", "gpus_per_node"), "--gpus-per-node"),
-    (("resources", "timeout_min"), "--time"),
-    (("retries", "infrastructure"), "--retries"),
-    (("env", "A"), "--env"),
-    (("outputs", 0), "--outputs"),
-    (("resources", "gpus"), "resources.gpus"),
-    ((), ""),
-])
+@pytest.mark.parametrize(
+    ("loc", "where"),
+    [
+        (("resources", "gpus_per_node"), "--gpus-per-node"),
+        (("resources", "timeout_min"), "--time"),
+        (("retries", "infrastructure"), "--retries"),
+        (("env", "A"), "--env"),
+        (("outputs", 0), "--outputs"),
+        (("resources", "gpus"), "resources.gpus"),
+        ((), ""),
+    ],
+)
 def test_spec_fields_are_named_by_their_flag(loc, where):
     assert spec_field(loc) == where
 
 
 def test_explain_names_the_flags_in_one_sentence():
     with pytest.raises(ValidationError) as refused:
-        JobSpec.model_validate({"source": "x", "resources": {"gpus_per_node": 999, "timeout_min": 0},
-                                "env": {"CUDA_VISIBLE_DEVICES": "1"}})
+        JobSpec.model_validate(
+            {"source": "x", "resources": {"gpus_per_node": 999, "timeout_min": 0}, "env": {"CUDA_VISIBLE_DEVICES": "1"}}
+        )
     sentence = explain(refused.value)
     assert sentence.startswith("--gpus-per-node: Input should be less than or equal to 64; --time: ")
     assert "--env: environment variable 'CUDA_VISIBLE_DEVICES' is set by cellscale itself" in sentence

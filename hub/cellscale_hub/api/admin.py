@@ -41,8 +41,10 @@ class FlavorCapacity(BaseModel):
 
 
 class TenancyView(BaseModel):
-    tenancy: dict[str, Any] = Field(description="The document in force: flavors, cohorts, cluster_queues, tenants, "
-                                                "priority_classes (the shape of config/tenants.yaml).")
+    tenancy: dict[str, Any] = Field(
+        description="The document in force: flavors, cohorts, cluster_queues, tenants, "
+        "priority_classes (the shape of config/tenants.yaml)."
+    )
     flavors: list[FlavorCapacity]
     usage: list[QueueUsage]
     fair_share_half_life_s: float
@@ -82,9 +84,13 @@ def routes(router: APIRouter) -> None:
         t = ctx.tenancy.current
         with ctx.store.session() as session:
             queues = usage.queue_usage(session, t, utcnow(), ctx.settings.fair_share_half_life_s)
-        return TenancyView(tenancy=t.model_dump(mode="json"), flavors=_capacities(ctx, t), usage=queues,
-                           fair_share_half_life_s=ctx.settings.fair_share_half_life_s,
-                           preemption_grace_s=ctx.settings.preemption_grace_s)
+        return TenancyView(
+            tenancy=t.model_dump(mode="json"),
+            flavors=_capacities(ctx, t),
+            usage=queues,
+            fair_share_half_life_s=ctx.settings.fair_share_half_life_s,
+            preemption_grace_s=ctx.settings.preemption_grace_s,
+        )
 
     @router.put("/admin/cluster-queues/{name}/quotas/{flavor}", response_model=TenancyView)
     def set_quota(name: str, flavor: str, body: QuotaUpdate, who: Admin, ctx: Ctx) -> TenancyView:
@@ -101,7 +107,9 @@ def routes(router: APIRouter) -> None:
 
     @router.put("/admin/cluster-queues/{name}/weight", response_model=TenancyView)
     def set_queue_weight(name: str, body: WeightUpdate, who: Admin, ctx: Ctx) -> TenancyView:
-        _change(ctx, who, "set-weight", f"cluster_queues/{name}/weight", _set_weight("cluster_queues", name, body.weight))
+        _change(
+            ctx, who, "set-weight", f"cluster_queues/{name}/weight", _set_weight("cluster_queues", name, body.weight)
+        )
         return tenancy_view(who, ctx)
 
     @router.put("/admin/cohorts/{name}/weight", response_model=TenancyView)
@@ -114,9 +122,16 @@ def routes(router: APIRouter) -> None:
         """Nodes blamed for jobs' infrastructure faults, most faults first."""
         with ctx.store.session() as session:
             found = usage.node_faults(session, utcnow() - timedelta(days=days))
-        return [NodeFaults(node=node, faults=len(hits), jobs=sorted({job for job, _ in hits}),
-                           last_at=max(at for _, at in hits), flagged=len(hits) >= NODE_FAULT_FLAG)
-                for node, hits in sorted(found.items(), key=lambda item: (-len(item[1]), item[0]))]
+        return [
+            NodeFaults(
+                node=node,
+                faults=len(hits),
+                jobs=sorted({job for job, _ in hits}),
+                last_at=max(at for _, at in hits),
+                flagged=len(hits) >= NODE_FAULT_FLAG,
+            )
+            for node, hits in sorted(found.items(), key=lambda item: (-len(item[1]), item[0]))
+        ]
 
     @router.get("/admin/audit", response_model=list[AuditView])
     def audit(who: Admin, ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> list[AuditView]:
@@ -140,8 +155,13 @@ def page(prefix: str) -> APIRouter:
         if not who.admin:
             return HTMLResponse("<h1>403</h1><p>The cellscale admin page is for hub admins.</p>", status_code=403)
         html = (STATIC / "admin.html").read_text().replace("{{PREFIX}}", prefix)
-        return HTMLResponse(html, headers={"Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'",
-                                           "Cache-Control": "no-store"})
+        return HTMLResponse(
+            html,
+            headers={
+                "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'",
+                "Cache-Control": "no-store",
+            },
+        )
 
     @r.get("/admin/admin.js", include_in_schema=False)
     def admin_js():
@@ -191,14 +211,22 @@ def _plain(error: dict) -> str:
 
 def _capacities(ctx: Context, t: Tenancy) -> list[FlavorCapacity]:
     capacity = flavor_capacities(t, ctx.drivers)
-    return [FlavorCapacity(flavor=f, backend=spec.backend, capacity_gpus=capacity[f],
-                           nominal_total=sum(cq.quotas[f].nominal for cq in t.cluster_queues.values() if f in cq.quotas))
-            for f, spec in t.flavors.items()]
+    return [
+        FlavorCapacity(
+            flavor=f,
+            backend=spec.backend,
+            capacity_gpus=capacity[f],
+            nominal_total=sum(cq.quotas[f].nominal for cq in t.cluster_queues.values() if f in cq.quotas),
+        )
+        for f, spec in t.flavors.items()
+    ]
 
 
 def _check_capacity(ctx: Context, t: Tenancy) -> None:
     for flavor in _capacities(ctx, t):
         if flavor.capacity_gpus and flavor.nominal_total > flavor.capacity_gpus:
-            raise ValueError(f"nominal quotas on flavor {flavor.flavor} would sum to {flavor.nominal_total} GPUs, "
-                             f"more than its backend {flavor.backend} has ({flavor.capacity_gpus}); lower another "
-                             "queue's nominal quota first")
+            raise ValueError(
+                f"nominal quotas on flavor {flavor.flavor} would sum to {flavor.nominal_total} GPUs, "
+                f"more than its backend {flavor.backend} has ({flavor.capacity_gpus}); lower another "
+                "queue's nominal quota first"
+            )

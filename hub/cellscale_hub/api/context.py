@@ -64,8 +64,13 @@ def principal(request: Request, ctx: Context = Depends(context)) -> Principal:
         who = ctx.identity.principal(token)
     except Unauthenticated as exc:
         raise HTTPException(401, str(exc)) from exc
-    return Principal(user=who.user, groups=who.groups, scopes=who.scopes, admin=who.admin,
-                     tenants=tuple(ctx.tenancy.current.tenants_of(list(who.groups))))
+    return Principal(
+        user=who.user,
+        groups=who.groups,
+        scopes=who.scopes,
+        admin=who.admin,
+        tenants=tuple(ctx.tenancy.current.tenants_of(list(who.groups))),
+    )
 
 
 def require(scope: str):

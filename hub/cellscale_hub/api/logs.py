@@ -33,7 +33,9 @@ def read_chunk(ctx: Context, driver: Driver, job_id: str, offset: int, max_bytes
     terminal = _terminal(ctx, job_id)
     data, size = _read(ctx, driver, job_id, offset, max_bytes)
     end = offset + len(data)
-    return LogChunk(offset=offset, next_offset=end, text=data.decode(errors="replace"), complete=terminal and end >= size)
+    return LogChunk(
+        offset=offset, next_offset=end, text=data.decode(errors="replace"), complete=terminal and end >= size
+    )
 
 
 async def follow(ctx: Context, driver: Driver, job_id: str, offset: int, request: Request) -> AsyncIterator[str]:
@@ -43,7 +45,9 @@ async def follow(ctx: Context, driver: Driver, job_id: str, offset: int, request
         data, size = _read(ctx, driver, job_id, offset, 2**20)
         now = time.monotonic()
         if data:
-            chunk = LogChunk(offset=offset, next_offset=offset + len(data), text=data.decode(errors="replace"), complete=False)
+            chunk = LogChunk(
+                offset=offset, next_offset=offset + len(data), text=data.decode(errors="replace"), complete=False
+            )
             offset = chunk.next_offset
             last_send = now
             yield f"id: {offset}\ndata: {chunk.model_dump_json()}\n\n"

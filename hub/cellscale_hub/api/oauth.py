@@ -23,12 +23,23 @@ def router(prefix: str) -> APIRouter:
         if hub is None:
             raise HTTPException(404, "this control plane runs without a hub: use its token")
         state = secrets.token_urlsafe(24)
-        url = hub.oauth_authorization_url + "?" + urlencode(
-            {"client_id": hub.oauth_client_id, "redirect_uri": hub.oauth_redirect_uri, "response_type": "code", "state": state}
+        url = (
+            hub.oauth_authorization_url
+            + "?"
+            + urlencode(
+                {
+                    "client_id": hub.oauth_client_id,
+                    "redirect_uri": hub.oauth_redirect_uri,
+                    "response_type": "code",
+                    "state": state,
+                }
+            )
         )
         response = RedirectResponse(url, status_code=302)
         safe_next = next if next.startswith(prefix + "/") else prefix + "/api/whoami"
-        response.set_cookie(STATE_COOKIE, f"{state}|{safe_next}", httponly=True, samesite="lax", path=prefix, max_age=600)
+        response.set_cookie(
+            STATE_COOKIE, f"{state}|{safe_next}", httponly=True, samesite="lax", path=prefix, max_age=600
+        )
         return response
 
     @r.get("/oauth_callback", include_in_schema=False)

@@ -10,8 +10,19 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
 from cellscale.spec import (
-    MAX_INPUTS_BYTES, BackendView, BundleRef, CheckpointView, EventView, JobPage, JobSpec, JobView, LogChunk,
-    QueueUsage, RenderView, SubmitRequest, WhoAmI,
+    MAX_INPUTS_BYTES,
+    BackendView,
+    BundleRef,
+    CheckpointView,
+    EventView,
+    JobPage,
+    JobSpec,
+    JobView,
+    LogChunk,
+    QueueUsage,
+    RenderView,
+    SubmitRequest,
+    WhoAmI,
 )
 from cellscale.vocabulary import EventKind, EventReason, Phase
 from cellscale_hub.api import admin, logs, oauth
@@ -34,8 +45,11 @@ Ctx = Annotated[Context, Depends(context)]
 def build_app(ctx: Context) -> FastAPI:
     prefix = ctx.prefix.rstrip("/")
     app = FastAPI(
-        title="cellscale control plane", version="1", openapi_url=f"{prefix}/api/openapi.json",
-        docs_url=f"{prefix}/api/docs", redoc_url=None,
+        title="cellscale control plane",
+        version="1",
+        openapi_url=f"{prefix}/api/openapi.json",
+        docs_url=f"{prefix}/api/docs",
+        redoc_url=None,
     )
     install_error_handlers(app)
     app.state.ctx = ctx
@@ -91,7 +105,9 @@ def _job_routes(router: APIRouter) -> None:
         async for chunk in request.stream():
             data += chunk
             if len(data) > MAX_INPUTS_BYTES:
-                raise HTTPException(413, f"inputs are larger than {MAX_INPUTS_BYTES // 2**20} MiB; ship big data by URL")
+                raise HTTPException(
+                    413, f"inputs are larger than {MAX_INPUTS_BYTES // 2**20} MiB; ship big data by URL"
+                )
         sha = hashlib.sha256(data).hexdigest()
         path = ctx.bundles_root / sha
         if not path.exists():
@@ -100,18 +116,39 @@ def _job_routes(router: APIRouter) -> None:
             tmp.replace(path)
         return BundleRef(sha256=sha, size=len(data))
 
-    @router.post("/jobs", response_model=JobView, status_code=201,
-                 responses={200: {"model": JobView, "description": "an earlier submit with the same key"}})
-    def submit(body: SubmitRequest, who: Submitter, ctx: Ctx,
-               idempotency_key: Annotated[str | None, Header(max_length=128)] = None):
+    @router.post(
+        "/jobs",
+        response_model=JobView,
+        status_code=201,
+        responses={200: {"model": JobView, "description": "an earlier submit with the same key"}},
+    )
+    def submit(
+        body: SubmitRequest,
+        who: Submitter,
+        ctx: Ctx,
+        idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
+    ):
         where = _placement(ctx, who, body.spec)
         spec = where.spec
         if spec.inputs_sha256 and not (ctx.bundles_root / spec.inputs_sha256).exists():
-            raise HTTPException(422, f"inputs bundle {spec.inputs_sha256} was not uploaded; POST it to /api/bundles first")
-        job = Job(id=ctx.new_job_id(), idempotency_key=idempotency_key or ctx.new_job_id(), owner=who.user,
-                  tenant=where.tenant, queue=where.queue, cluster_queue=where.cluster_queue, backend=where.backend,
-                  priority=where.priority, name=spec.name, spec=spec.model_dump(mode="json"),
-                  gpus=spec.resources.gpus, phase=Phase.PENDING, reason="waiting for admission")
+            raise HTTPException(
+                422, f"inputs bundle {spec.inputs_sha256} was not uploaded; POST it to /api/bundles first"
+            )
+        job = Job(
+            id=ctx.new_job_id(),
+            idempotency_key=idempotency_key or ctx.new_job_id(),
+            owner=who.user,
+            tenant=where.tenant,
+            queue=where.queue,
+            cluster_queue=where.cluster_queue,
+            backend=where.backend,
+            priority=where.priority,
+            name=spec.name,
+            spec=spec.model_dump(mode="json"),
+            gpus=spec.resources.gpus,
+            phase=Phase.PENDING,
+            reason="waiting for admission",
+        )
         with ctx.store.session() as session:
             try:
                 job, created = q.insert_job(session, job)
@@ -127,22 +164,36 @@ def _job_routes(router: APIRouter) -> None:
         where = _placement(ctx, who, body.spec)
         driver, spec = ctx.drivers[where.backend], where.spec
         gpus = tuple(range(spec.resources.gpus_per_node)) if driver.assigns_gpu_ids else ()
-        ref = AttemptRef(job_id="cs-dryrun", number=1, job_dir=ctx.jobs_root / "cs-dryrun", spec=spec, gpu_ids=gpus,
-                         owner=who.user, tenant=where.tenant)
+        ref = AttemptRef(
+            job_id="cs-dryrun",
+            number=1,
+            job_dir=ctx.jobs_root / "cs-dryrun",
+            spec=spec,
+            gpu_ids=gpus,
+            owner=who.user,
+            tenant=where.tenant,
+        )
         return RenderView(backend=driver.name, script=driver.render(ref))
 
     @router.get("/jobs", response_model=JobPage)
-    def list_jobs(who: Reader, ctx: Ctx, scope: Annotated[str, Query(pattern="^(mine|tenant|all)$")] = "mine",
-                  phase: Phase | None = None, name: str | None = None,
-                  limit: Annotated[int, Query(ge=1, le=500)] = 50, cursor: str | None = None) -> JobPage:
+    def list_jobs(
+        who: Reader,
+        ctx: Ctx,
+        scope: Annotated[str, Query(pattern="^(mine|tenant|all)$")] = "mine",
+        phase: Phase | None = None,
+        name: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        cursor: str | None = None,
+    ) -> JobPage:
         if scope == "all" and not who.admin:
             raise HTTPException(403, "scope=all is for admins; use scope=mine or scope=tenant")
         owners = [who.user] if scope == "mine" else None
         tenants = list(who.tenants) if scope == "tenant" else None
         with ctx.store.session() as session:
             try:
-                rows, next_cursor = q.list_jobs(session, owners=owners, tenants=tenants,
-                                                phase=phase, name=name, limit=limit, cursor=cursor)
+                rows, next_cursor = q.list_jobs(
+                    session, owners=owners, tenants=tenants, phase=phase, name=name, limit=limit, cursor=cursor
+                )
             except ValueError as exc:
                 raise HTTPException(400, str(exc)) from exc
             return JobPage(items=[q.job_view(job) for job in rows], next_cursor=next_cursor)
@@ -160,8 +211,14 @@ def _job_routes(router: APIRouter) -> None:
                 job.cancel_requested = True
                 q.add_event(session, job, kind=EventKind.CANCEL, reason=EventReason.CancelRequested, actor=who.user)
                 if job.phase is Phase.PENDING:
-                    q.transition(session, job, Phase.CANCELLED, EventReason.Cancelled, actor=who.user,
-                                 message="cancelled before it was admitted")
+                    q.transition(
+                        session,
+                        job,
+                        Phase.CANCELLED,
+                        EventReason.Cancelled,
+                        actor=who.user,
+                        message="cancelled before it was admitted",
+                    )
             view = q.job_view(job)
         ctx.wake()
         return view
@@ -172,11 +229,16 @@ def _job_routes(router: APIRouter) -> None:
             visible_job(session, job_id, who)
             return [q.event_view(e) for e in q.events_of(session, job_id, after)]
 
-    @router.get("/jobs/{job_id}/logs", response_model=LogChunk,
-                responses={200: {"content": {"text/event-stream": {}}}})
-    def job_logs(job_id: str, who: Reader, ctx: Ctx, request: Request,
-                 offset: Annotated[int, Query(ge=0)] = 0, follow: bool = False,
-                 max_bytes: Annotated[int, Query(ge=1, le=4 * 2**20)] = 2**20):
+    @router.get("/jobs/{job_id}/logs", response_model=LogChunk, responses={200: {"content": {"text/event-stream": {}}}})
+    def job_logs(
+        job_id: str,
+        who: Reader,
+        ctx: Ctx,
+        request: Request,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        follow: bool = False,
+        max_bytes: Annotated[int, Query(ge=1, le=4 * 2**20)] = 2**20,
+    ):
         """The combined rank-prefixed log from a byte offset. `follow=true` streams server-sent
         events (each with its next offset as id; reconnect with Last-Event-ID to resume)."""
         with ctx.store.session() as session:
@@ -185,8 +247,11 @@ def _job_routes(router: APIRouter) -> None:
             return logs.read_chunk(ctx, driver, job_id, offset, max_bytes)
         resume = request.headers.get("last-event-id")
         start = int(resume) if resume and resume.isdigit() else offset
-        return StreamingResponse(logs.follow(ctx, driver, job_id, start, request), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            logs.follow(ctx, driver, job_id, start, request),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     @router.get("/jobs/{job_id}/checkpoints", response_model=list[CheckpointView])
     def checkpoints(job_id: str, who: Reader, ctx: Ctx) -> list[CheckpointView]:
@@ -194,8 +259,11 @@ def _job_routes(router: APIRouter) -> None:
         with ctx.store.session() as session:
             job = visible_job(session, job_id, who)
             backend, numbers = job.backend, [a.number for a in job.attempts]
-        return sorted(_driver(ctx, backend).checkpoints(ctx.jobs_root / job_id, numbers),
-                      key=lambda c: (c.committed_at, c.step), reverse=True)
+        return sorted(
+            _driver(ctx, backend).checkpoints(ctx.jobs_root / job_id, numbers),
+            key=lambda c: (c.committed_at, c.step),
+            reverse=True,
+        )
 
     @router.get("/jobs/{job_id}/result", responses={200: {"content": {"application/octet-stream": {}}}})
     def result(job_id: str, who: Reader, ctx: Ctx) -> Response:
@@ -204,7 +272,9 @@ def _job_routes(router: APIRouter) -> None:
             job = visible_job(session, job_id, who)
             path = _driver(ctx, job.backend).result_file(ctx.jobs_root / job_id) if job.result_available else None
             if path is None:
-                raise HTTPException(404, f"job {job_id} has no result ({job.phase.lower()}; outputs: {job.spec.get('outputs')})")
+                raise HTTPException(
+                    404, f"job {job_id} has no result ({job.phase.lower()}; outputs: {job.spec.get('outputs')})"
+                )
         return FileResponse(path, media_type="application/octet-stream")
 
     @router.get("/jobs/{job_id}/render", response_model=RenderView)
@@ -222,8 +292,11 @@ def _job_routes(router: APIRouter) -> None:
 def _driver(ctx: Context, backend: str) -> Driver:
     """The driver of a stored job's backend (it alone reads the job's files)."""
     if backend not in ctx.drivers:
-        raise HTTPException(503, f"backend {backend!r} is not configured on this control plane any more; "
-                                 f"backends: {', '.join(sorted(ctx.drivers))}")
+        raise HTTPException(
+            503,
+            f"backend {backend!r} is not configured on this control plane any more; "
+            f"backends: {', '.join(sorted(ctx.drivers))}",
+        )
     return ctx.drivers[backend]
 
 

@@ -255,8 +255,10 @@ def template_values(layout: Layout, settings: Settings) -> dict[str, str]:
 def render(name: str, values: Mapping[str, str], template_dir: Traversable = TEMPLATE_DIR) -> str:
     template = template_dir / f"{name}.in"
     if not template.is_file():
-        raise ClusterError(f"template {template} is missing (--templates names a folder with "
-                           f"{', '.join(t + '.in' for t in TEMPLATES)}; default: the package's own)")
+        raise ClusterError(
+            f"template {template} is missing (--templates names a folder with "
+            f"{', '.join(t + '.in' for t in TEMPLATES)}; default: the package's own)"
+        )
     return string.Template(template.read_text()).substitute(values)
 
 
@@ -336,12 +338,25 @@ def prepare_state(layout: Layout, template_dir: Traversable, log: Log) -> Settin
 # ---------------------------------------------------------------------------- commands
 
 
-def run_cmd(argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 60,
-            input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_cmd(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    input: str | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
     """Run one command (an argv list, never a shell) and capture its output."""
     try:
-        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input,
-                                env=None if env is None else dict(env), check=False)
+        result = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+            env=None if env is None else dict(env),
+            check=False,
+        )
     except FileNotFoundError as exc:
         raise ClusterError(f"{argv[0]} is not installed") from exc
     if check and result.returncode != 0:
@@ -361,8 +376,13 @@ def daemon_env(layout: Layout) -> dict[str, str]:
     return {"PATH": DAEMON_PATH, "LANG": "C.UTF-8", "HOME": "/root", **layout.env}
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float, child: subprocess.Popen | None = None,
-             log_path: Path | None = None) -> None:
+def wait_for(
+    check: Callable[[], bool],
+    what: str,
+    timeout: float,
+    child: subprocess.Popen | None = None,
+    log_path: Path | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
@@ -390,8 +410,10 @@ def installed_packages(names: Sequence[str]) -> set[str]:
 
 def ensure_packages(log: Log) -> None:
     if installed_packages([NEVER_INSTALL]):
-        raise ClusterError(f"{NEVER_INSTALL} is installed: it replaces slurmctld and slurmd and cannot be "
-                           f"configured. Remove it first: apt-get purge {NEVER_INSTALL}")
+        raise ClusterError(
+            f"{NEVER_INSTALL} is installed: it replaces slurmctld and slurmd and cannot be "
+            f"configured. Remove it first: apt-get purge {NEVER_INSTALL}"
+        )
     installed = installed_packages(PACKAGES)
     missing = [name for name in PACKAGES if name not in installed]
     if not missing:
@@ -449,17 +471,37 @@ def executable(name: str) -> str:
 def daemons(layout: Layout, settings: Settings) -> dict[str, Daemon]:
     conf = str(layout.conf)
     found = [
-        Daemon("munged", (str(SBIN / "munged"), "--foreground", "--force",
-                          f"--socket={layout.munge_socket}", f"--key-file={layout.munge / 'munge.key'}",
-                          f"--pid-file={layout.pidfile('munged')}", f"--seed-file={layout.munge / 'munged.seed'}",
-                          f"--log-file={layout.console('munged')}")),
-        Daemon("mariadb", (str(SBIN / "mariadbd"), "--no-defaults", "--user=root",
-                           f"--datadir={layout.mysql / 'data'}", f"--socket={layout.mysql_socket}",
-                           f"--port={settings.mariadb_port}", "--bind-address=127.0.0.1",
-                           f"--pid-file={layout.pidfile('mariadb')}", "--skip-name-resolve",
-                           # half of what slurmdbd recommends, or it logs "not recommended values"
-                           "--innodb-buffer-pool-size=512M", "--innodb-lock-wait-timeout=900"),
-               (settings.mariadb_port,)),
+        Daemon(
+            "munged",
+            (
+                str(SBIN / "munged"),
+                "--foreground",
+                "--force",
+                f"--socket={layout.munge_socket}",
+                f"--key-file={layout.munge / 'munge.key'}",
+                f"--pid-file={layout.pidfile('munged')}",
+                f"--seed-file={layout.munge / 'munged.seed'}",
+                f"--log-file={layout.console('munged')}",
+            ),
+        ),
+        Daemon(
+            "mariadb",
+            (
+                str(SBIN / "mariadbd"),
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={layout.mysql / 'data'}",
+                f"--socket={layout.mysql_socket}",
+                f"--port={settings.mariadb_port}",
+                "--bind-address=127.0.0.1",
+                f"--pid-file={layout.pidfile('mariadb')}",
+                "--skip-name-resolve",
+                # half of what slurmdbd recommends, or it logs "not recommended values"
+                "--innodb-buffer-pool-size=512M",
+                "--innodb-lock-wait-timeout=900",
+            ),
+            (settings.mariadb_port,),
+        ),
         Daemon("slurmdbd", (str(SBIN / "slurmdbd"), "-D"), (settings.slurmdbd_port,)),
         Daemon("slurmctld", (str(SBIN / "slurmctld"), "-D", "-f", conf), (settings.slurmctld_port,)),
     ]
@@ -513,8 +555,9 @@ def start(daemon: Daemon, layout: Layout, log: Log) -> subprocess.Popen[bytes] |
         return None
     busy = [port for port in daemon.ports if not port_free(port)]
     if busy:
-        raise ClusterError(f"{daemon.name}: port {busy[0]} is taken by another program; "
-                           f"delete {layout.settings} to choose new ports")
+        raise ClusterError(
+            f"{daemon.name}: port {busy[0]} is taken by another program; delete {layout.settings} to choose new ports"
+        )
     child = proc.spawn_detached(daemon.argv, cwd=layout.root, log=layout.console(daemon.name), env=daemon_env(layout))
     _children[child.pid] = child
     layout.pidfile(daemon.name).write_text(f"{child.pid}\n")
@@ -559,8 +602,17 @@ def start_mariadb(layout: Layout, settings: Settings, log: Log) -> bool:
     datadir = layout.mysql / "data"
     if not (datadir / "mysql").exists():
         log("initialising the accounting database")
-        run_cmd([str(BIN / "mariadb-install-db"), "--no-defaults", "--user=root", f"--datadir={datadir}",
-                 "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=300)
+        run_cmd(
+            [
+                str(BIN / "mariadb-install-db"),
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={datadir}",
+                "--auth-root-authentication-method=socket",
+                "--skip-test-db",
+            ],
+            timeout=300,
+        )
     child = start(daemons(layout, settings)["mariadb"], layout, log)
     if child is None:
         return False
@@ -571,11 +623,14 @@ def start_mariadb(layout: Layout, settings: Settings, log: Log) -> bool:
     wait_for(answers, "mariadb", 120, child, layout.console("mariadb"))
     password = settings.db_password  # validated: hex only
     account = f"'{DB_USER}'@'127.0.0.1'"
-    run_cmd(mariadb_client(layout), input=(
-        f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY '{password}';\n"
-        f"ALTER USER {account} IDENTIFIED BY '{password}';\n"
-        f"GRANT ALL PRIVILEGES ON slurm_acct_db.* TO {account};\n"
-    ))
+    run_cmd(
+        mariadb_client(layout),
+        input=(
+            f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY '{password}';\n"
+            f"ALTER USER {account} IDENTIFIED BY '{password}';\n"
+            f"GRANT ALL PRIVILEGES ON slurm_acct_db.* TO {account};\n"
+        ),
+    )
     return True
 
 
@@ -592,6 +647,7 @@ def sacctmgr_rows(layout: Layout, *args: str) -> list[list[str]]:
 def start_slurmdbd(layout: Layout, settings: Settings, log: Log) -> bool:
     child = start(daemons(layout, settings)["slurmdbd"], layout, log)
     if child:
+
         def answers() -> bool:
             return sacctmgr(layout, "-n", "-P", "show", "cluster", check=False).returncode == 0
 
@@ -605,6 +661,7 @@ def start_slurmdbd(layout: Layout, settings: Settings, log: Log) -> bool:
 def start_slurmctld(layout: Layout, settings: Settings, log: Log) -> bool:
     child = start(daemons(layout, settings)["slurmctld"], layout, log)
     if child:
+
         def answers() -> bool:
             result = run_cmd([str(BIN / "scontrol"), "ping"], env=client_env(layout), check=False)
             return result.returncode == 0 and " is UP" in result.stdout
@@ -643,6 +700,7 @@ def wait_nodes_ready(layout: Layout, log: Log, timeout: float = 90) -> None:
 
 def wait_controller_registered(layout: Layout, timeout: float = 60) -> None:
     """slurmctld has connected to slurmdbd (GRES TRES are unknown to accounting before that)."""
+
     def registered() -> bool:
         rows = sacctmgr_rows(layout, "cluster", CLUSTER, "format=controlhost")
         return bool(rows and rows[0][0])
@@ -658,15 +716,33 @@ def ensure_accounts(layout: Layout, log: Log) -> None:
     accounts = {row[0] for row in sacctmgr_rows(layout, "account", "format=account")}
     for account in TENANTS:
         if account not in accounts:
-            sacctmgr(layout, "-i", "add", "account", account, f"Cluster={CLUSTER}", f"Description={account}",
-                     "Organization=cellscale", "QOS=normal,high", "DefaultQOS=normal")
+            sacctmgr(
+                layout,
+                "-i",
+                "add",
+                "account",
+                account,
+                f"Cluster={CLUSTER}",
+                f"Description={account}",
+                "Organization=cellscale",
+                "QOS=normal,high",
+                "DefaultQOS=normal",
+            )
             log(f"added account {account}")
     pairs = {tuple(row) for row in sacctmgr_rows(layout, "assoc", f"cluster={CLUSTER}", "format=account,user")}
     for account, users in TENANTS.items():
         for user in users:
             if (account, user) not in pairs:
-                sacctmgr(layout, "-i", "add", "user", user, f"Account={account}", f"DefaultAccount={account}",
-                         f"Cluster={CLUSTER}")
+                sacctmgr(
+                    layout,
+                    "-i",
+                    "add",
+                    "user",
+                    user,
+                    f"Account={account}",
+                    f"DefaultAccount={account}",
+                    f"Cluster={CLUSTER}",
+                )
                 log(f"added {user} to {account}")
 
 
@@ -675,8 +751,9 @@ def wait_controller_knows_users(layout: Layout, timeout: float = 30) -> None:
     wanted = {user for users in TENANTS.values() for user in users}
 
     def known() -> bool:
-        result = run_cmd([str(BIN / "scontrol"), "show", "assoc_mgr", "flags=users"], env=client_env(layout),
-                         check=False)
+        result = run_cmd(
+            [str(BIN / "scontrol"), "show", "assoc_mgr", "flags=users"], env=client_env(layout), check=False
+        )
         seen = set(re.findall(r"UserName=([^(\s]+)", result.stdout))
         return wanted <= seen
 
@@ -709,8 +786,9 @@ class Cluster:
         return self.layout.jobs
 
 
-def up(state_dir: Path | str = DEFAULT_STATE_DIR, *, template_dir: Traversable = TEMPLATE_DIR,
-       log: Log = print) -> Cluster:
+def up(
+    state_dir: Path | str = DEFAULT_STATE_DIR, *, template_dir: Traversable = TEMPLATE_DIR, log: Log = print
+) -> Cluster:
     """Install, configure and start the cluster; on a running cluster only check it."""
     began = time.monotonic()
     require_root()
@@ -796,8 +874,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cellscale_hub.dev.slurm", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help=f"default: {DEFAULT_STATE_DIR}")
-    parser.add_argument("--templates", type=Path, default=TEMPLATE_DIR,
-                        help=f"folder of the config templates (*.in); default: {TEMPLATE_DIR}")
+    parser.add_argument(
+        "--templates",
+        type=Path,
+        default=TEMPLATE_DIR,
+        help=f"folder of the config templates (*.in); default: {TEMPLATE_DIR}",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "up":

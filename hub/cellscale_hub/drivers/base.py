@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from traitlets import Unicode
@@ -71,7 +71,7 @@ def heartbeat_of(ref: AttemptRef, nodes: int) -> tuple[datetime | None, int | No
     if not beats or any(beat is None for beat in beats):
         return None, None
     oldest = min(beat.at for beat in beats)
-    return datetime.fromtimestamp(oldest, timezone.utc), beats[0].step
+    return datetime.fromtimestamp(oldest, UTC), beats[0].step
 
 
 def fault_from_job_dir(ref: AttemptRef, nodes: int) -> Fault:
@@ -183,9 +183,17 @@ class Driver(LoggingConfigurable):
         spec, res = ref.spec, ref.spec.resources
         procs = max(1, res.gpus_per_node) if spec.launcher is Launcher.torchrun else 1
         return LaunchPlan(
-            job_id=ref.job_id, attempt=ref.number, launcher=spec.launcher, nodes=res.nodes,
-            gpus_per_node=res.gpus_per_node, procs_per_node=procs, gpu_ids=list(ref.gpu_ids),
-            outputs=spec.outputs, input_names=spec.input_names, env=spec.env, timeout_s=res.timeout_min * 60.0,
+            job_id=ref.job_id,
+            attempt=ref.number,
+            launcher=spec.launcher,
+            nodes=res.nodes,
+            gpus_per_node=res.gpus_per_node,
+            procs_per_node=procs,
+            gpu_ids=list(ref.gpu_ids),
+            outputs=spec.outputs,
+            input_names=spec.input_names,
+            env=spec.env,
+            timeout_s=res.timeout_min * 60.0,
         )
 
     def apply_tenancy(self, tenancy: Tenancy) -> None:
@@ -205,8 +213,11 @@ class Driver(LoggingConfigurable):
             if ref.key in observed:
                 obs, jd = observed[ref.key], ref.dir
                 observed[ref.key] = dataclasses.replace(
-                    obs, checkpoint=jd.latest_checkpoint(ref.number), resume=jd.read_resume(ref.number),
-                    result=obs.state is AttemptState.SUCCEEDED and jd.has_result())
+                    obs,
+                    checkpoint=jd.latest_checkpoint(ref.number),
+                    resume=jd.read_resume(ref.number),
+                    result=obs.state is AttemptState.SUCCEEDED and jd.has_result(),
+                )
         return observed
 
     def read_log(self, job_dir: Path, offset: int, max_bytes: int) -> tuple[bytes, int]:
@@ -216,9 +227,16 @@ class Driver(LoggingConfigurable):
     def checkpoints(self, job_dir: Path, attempts: list[int]) -> list[CheckpointView]:
         """The checkpoints the job's attempts committed, oldest first."""
         return [
-            CheckpointView(attempt=n, step=c.step, url=c.url, size_bytes=c.size_bytes, write_s=c.write_s,
-                           committed_at=datetime.fromtimestamp(c.wall_time, timezone.utc))
-            for n in attempts for c in JobDir(job_dir).read_checkpoints(n)
+            CheckpointView(
+                attempt=n,
+                step=c.step,
+                url=c.url,
+                size_bytes=c.size_bytes,
+                write_s=c.write_s,
+                committed_at=datetime.fromtimestamp(c.wall_time, UTC),
+            )
+            for n in attempts
+            for c in JobDir(job_dir).read_checkpoints(n)
         ]
 
     def result_file(self, job_dir: Path) -> Path | None:

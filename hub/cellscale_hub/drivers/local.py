@@ -48,8 +48,12 @@ class LocalDriver(Driver):
 
     def capacity(self) -> BackendView:
         return BackendView(
-            name=self.name, kind=self.kind, capacity_gpus=self.gpus, max_nodes=1,
-            gpus_per_node=self.gpus, launchers=list(Launcher),
+            name=self.name,
+            kind=self.kind,
+            capacity_gpus=self.gpus,
+            max_nodes=1,
+            gpus_per_node=self.gpus,
+            launchers=list(Launcher),
         )
 
     def validate(self, spec) -> None:
@@ -96,20 +100,29 @@ class LocalDriver(Driver):
         if record is not None:
             self._children.pop(ref.key, None)
             state = _state_for(record.reason)
-            fault = record.reason.fault if state is AttemptState.FAILED or record.reason is ExitReason.PREEMPTED else None
+            fault = (
+                record.reason.fault if state is AttemptState.FAILED or record.reason is ExitReason.PREEMPTED else None
+            )
             return Observation(state, exit_code=record.code, reason=record.message or record.reason.value, fault=fault)
         heartbeat, step = heartbeat_of(ref, 1)
         if jd.supervisor_alive(ref.number):
             all_ranks = jd.ranks_started(ref.number) >= self.launch_plan(ref).expected_ranks
-            return Observation(AttemptState.RUNNING if all_ranks else AttemptState.STARTING, heartbeat=heartbeat,
-                               step=step)
+            return Observation(
+                AttemptState.RUNNING if all_ranks else AttemptState.STARTING, heartbeat=heartbeat, step=step
+            )
         if jd.read_started(ref.number):
-            return Observation(AttemptState.LOST, reason="the supervisor died without writing an exit record",
-                               fault=Fault.INFRASTRUCTURE)
+            return Observation(
+                AttemptState.LOST,
+                reason="the supervisor died without writing an exit record",
+                fault=Fault.INFRASTRUCTURE,
+            )
         if ref.submitted_at is None or time.time() - ref.submitted_at.timestamp() < self.start_grace_seconds:
             return Observation(AttemptState.SUBMITTING)
-        return Observation(AttemptState.LOST, reason=f"the supervisor never started within {self.start_grace_seconds:.0f}s",
-                           fault=Fault.INFRASTRUCTURE)
+        return Observation(
+            AttemptState.LOST,
+            reason=f"the supervisor never started within {self.start_grace_seconds:.0f}s",
+            fault=Fault.INFRASTRUCTURE,
+        )
 
     def cancel(self, ref: AttemptRef) -> None:
         self._signal(ref, signal.SIGTERM)
@@ -132,6 +145,8 @@ class LocalDriver(Driver):
 
 
 def _state_for(reason: ExitReason) -> AttemptState:
-    return {ExitReason.SUCCEEDED: AttemptState.SUCCEEDED, ExitReason.CANCELLED: AttemptState.CANCELLED,
-            ExitReason.PREEMPTED: AttemptState.CANCELLED}.get(reason, AttemptState.FAILED)
-
+    return {
+        ExitReason.SUCCEEDED: AttemptState.SUCCEEDED,
+        ExitReason.CANCELLED: AttemptState.CANCELLED,
+        ExitReason.PREEMPTED: AttemptState.CANCELLED,
+    }.get(reason, AttemptState.FAILED)

@@ -26,23 +26,37 @@ from pathlib import Path
 
 from traitlets import Float, Integer, List, TraitError, Unicode, default, validate
 
+from cellscale.runtime.records import LaunchPlan
 from cellscale.spec import AttemptState, BackendView, JobSpec, Launcher
+from cellscale.vocabulary import Fault
 from cellscale_hub import proc
 from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected, fault_from_job_dir, heartbeat_of
-from cellscale.vocabulary import Fault
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.tenancy import Tenancy
-from cellscale.runtime.records import LaunchPlan
 
 SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SBATCH_BARE = re.compile(r"[\w@%+=:,./-]+", re.ASCII)  # what an #SBATCH line may hold unquoted
 # the options render() sets itself: an extra directive must not override them (--account is the
 # desk's charge, --job-name finds a job again after a restart, --output/--chdir the job dir)
-MANAGED_OPTIONS = frozenset({
-    "job-name", "account", "partition", "nodes", "ntasks-per-node", "gres", "time", "switches", "exclude",
-    "chdir", "output", "requeue", "no-requeue", "comment",
-})
+MANAGED_OPTIONS = frozenset(
+    {
+        "job-name",
+        "account",
+        "partition",
+        "nodes",
+        "ntasks-per-node",
+        "gres",
+        "time",
+        "switches",
+        "exclude",
+        "chdir",
+        "output",
+        "requeue",
+        "no-requeue",
+        "comment",
+    }
+)
 DEFAULT_BATCH_TEMPLATE = """\
 #!/bin/bash
 {header}
@@ -119,8 +133,9 @@ class SlurmDriver(Driver):
         researchers. Default: runuser when the control plane runs as root (dev clusters), else sudo.""",
     ).tag(config=True)
     master_addr = Unicode(
-        "", help="Address of a job's first node as ranks see it. Empty: the first host of the allocation. "
-                 "127.0.0.1 for a dev cluster whose nodes share this host.",
+        "",
+        help="Address of a job's first node as ranks see it. Empty: the first host of the allocation. "
+        "127.0.0.1 for a dev cluster whose nodes share this host.",
     ).tag(config=True)
     capacity_seconds = Float(30.0, help="How long the partition's size from sinfo is reused.").tag(config=True)
     command_timeout = Integer(30, help="Seconds a Slurm command may take.").tag(config=True)
@@ -149,7 +164,8 @@ class SlurmDriver(Driver):
         value is empty (e.g. `{prologue}` with no prologue) is left out. It must start with `#!`
         and contain `{directives}` and `{command}` (or `{supervisor}` in an srun line of your own);
         sbatch reads `#SBATCH` lines only before the first command, so keep `{directives}` above
-        any command. Fields: """ + "; ".join(f"`{{{name}}}` {what}" for name, what in TEMPLATE_FIELDS.items())
+        any command. Fields: """
+        + "; ".join(f"`{{{name}}}` {what}" for name, what in TEMPLATE_FIELDS.items())
         + """. Every value is validated or shell-quoted. The default gives
         `#!/bin/bash`, `{header}`, `{directives}`, `{prologue}`, `{command}`, one per line.""",
     ).tag(config=True)
@@ -172,35 +188,47 @@ class SlurmDriver(Driver):
     def _valid_directives(self, proposal) -> list[str]:
         for directive in proposal["value"]:
             if _unprintable(directive):
-                raise TraitError(f"SlurmDriver.extra_directives: {directive!r} holds a newline or control "
-                                 "character; give one option per entry")
+                raise TraitError(
+                    f"SlurmDriver.extra_directives: {directive!r} holds a newline or control "
+                    "character; give one option per entry"
+                )
             if not re.fullmatch(r"--[A-Za-z][A-Za-z0-9-]*(=.*)?", directive):
-                raise TraitError(f"SlurmDriver.extra_directives: {directive!r} is not a long sbatch option; "
-                                 "write each as --name or --name=value, e.g. --constraint=a100")
+                raise TraitError(
+                    f"SlurmDriver.extra_directives: {directive!r} is not a long sbatch option; "
+                    "write each as --name or --name=value, e.g. --constraint=a100"
+                )
             option = directive[2:].split("=", 1)[0]
             if option in MANAGED_OPTIONS:
-                raise TraitError(f"SlurmDriver.extra_directives: --{option} is set by cellscale for every job "
-                                 "(from the job's resources, its desk and the driver's traits) and cannot be "
-                                 "overridden")
+                raise TraitError(
+                    f"SlurmDriver.extra_directives: --{option} is set by cellscale for every job "
+                    "(from the job's resources, its desk and the driver's traits) and cannot be "
+                    "overridden"
+                )
         return proposal["value"]
 
     @validate("prologue")
     def _valid_prologue(self, proposal) -> list[str]:
         for line in proposal["value"]:
             if _unprintable(line, tab=True):
-                raise TraitError(f"SlurmDriver.prologue: {line!r} holds a newline or control character; "
-                                 "give one shell line per entry")
+                raise TraitError(
+                    f"SlurmDriver.prologue: {line!r} holds a newline or control character; "
+                    "give one shell line per entry"
+                )
             if line.lstrip().startswith("#SBATCH"):
-                raise TraitError(f"SlurmDriver.prologue: {line!r} is an #SBATCH line; put sbatch options in "
-                                 "SlurmDriver.extra_directives")
+                raise TraitError(
+                    f"SlurmDriver.prologue: {line!r} is an #SBATCH line; put sbatch options in "
+                    "SlurmDriver.extra_directives"
+                )
         return proposal["value"]
 
     @validate("batch_template")
     def _valid_template(self, proposal) -> str:
         template = proposal["value"]
         if not template.startswith("#!"):
-            raise TraitError("SlurmDriver.batch_template must start with an interpreter line such as #!/bin/bash "
-                             "(sbatch refuses a script without one)")
+            raise TraitError(
+                "SlurmDriver.batch_template must start with an interpreter line such as #!/bin/bash "
+                "(sbatch refuses a script without one)"
+            )
         if "\0" in template:
             raise TraitError("SlurmDriver.batch_template holds a NUL character")
         try:
@@ -212,16 +240,21 @@ class SlurmDriver(Driver):
             if name is None:
                 continue
             if name not in TEMPLATE_FIELDS or spec or conversion:
-                raise TraitError(f"SlurmDriver.batch_template: unknown placeholder {{{name}}}; the fields are "
-                                 f"{', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)} (write {{{{ and }}}} for "
-                                 "literal braces, e.g. ${{SLURM_JOB_ID}})")
+                raise TraitError(
+                    f"SlurmDriver.batch_template: unknown placeholder {{{name}}}; the fields are "
+                    f"{', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)} (write {{{{ and }}}} for "
+                    "literal braces, e.g. ${{SLURM_JOB_ID}})"
+                )
             used.add(name)
         if "directives" not in used:
-            raise TraitError("SlurmDriver.batch_template must contain {directives}: they name, place and charge "
-                             "the job")
+            raise TraitError(
+                "SlurmDriver.batch_template must contain {directives}: they name, place and charge the job"
+            )
         if not used & {"command", "supervisor"}:
-            raise TraitError("SlurmDriver.batch_template must contain {command} (or {supervisor} in an srun line "
-                             "of its own): it is what runs the job")
+            raise TraitError(
+                "SlurmDriver.batch_template must contain {command} (or {supervisor} in an srun line "
+                "of its own): it is what runs the job"
+            )
         return template
 
     def __init__(self, **kwargs):
@@ -248,10 +281,18 @@ class SlurmDriver(Driver):
         now = time.monotonic()
         if self._capacity and now - self._capacity[0] < self.capacity_seconds:
             return self._capacity[1]
-        nodes = [n for n in json.loads(self._run(["sinfo", "--json"]))["nodes"] if self.partition in n.get("partitions", [])]
+        nodes = [
+            n for n in json.loads(self._run(["sinfo", "--json"]))["nodes"] if self.partition in n.get("partitions", [])
+        ]
         per_node = max((_gpus_of(n.get("gres", "")) for n in nodes), default=0)
-        view = BackendView(name=self.name, kind=self.kind, capacity_gpus=per_node * len(nodes), max_nodes=len(nodes),
-                           gpus_per_node=per_node, launchers=list(Launcher))
+        view = BackendView(
+            name=self.name,
+            kind=self.kind,
+            capacity_gpus=per_node * len(nodes),
+            max_nodes=len(nodes),
+            gpus_per_node=per_node,
+            launchers=list(Launcher),
+        )
         self._capacity = (now, view)
         return view
 
@@ -266,8 +307,11 @@ class SlurmDriver(Driver):
 
     def launch_plan(self, ref: AttemptRef) -> LaunchPlan:
         """Ranks on other nodes need node 0's address and a rendezvous port."""
-        return super().launch_plan(ref).model_copy(
-            update={"master_addr": self.master_addr or None, "master_port": master_port(ref)})
+        return (
+            super()
+            .launch_plan(ref)
+            .model_copy(update={"master_addr": self.master_addr or None, "master_port": master_port(ref)})
+        )
 
     # -- the batch script ----------------------------------------------------------------------
     def script_path(self, ref: AttemptRef) -> Path:
@@ -280,7 +324,9 @@ class SlurmDriver(Driver):
         `submit` (which nodes to avoid, see `_avoiding`) or `shape` (whole nodes)."""
         res = ref.spec.resources
         if not SAFE_NAME.match(ref.tenant):
-            raise SpecRejected(f"tenant {ref.tenant!r} cannot be a Slurm account name (lower-case letters, digits, -, _)")
+            raise SpecRejected(
+                f"tenant {ref.tenant!r} cannot be a Slurm account name (lower-case letters, digits, -, _)"
+            )
         if not SAFE_NAME.match(ref.owner):
             raise SpecRejected(f"user name {ref.owner!r} is not a valid Unix user name; Slurm jobs run as their owner")
         if not SAFE_NODE.match(ref.job_id):
@@ -306,7 +352,7 @@ class SlurmDriver(Driver):
         supervisor = shlex.join([self.python, "-m", "cellscale.runtime.supervisor", str(ref.job_dir), str(ref.number)])
         fields = {
             "header": f"# cellscale job {ref.job_id}, attempt {ref.number}, owner {ref.owner}: "
-                      f"{res.nodes} node(s) x {res.gpus_per_node} GPU(s), launcher {ref.spec.launcher.value}",
+            f"{res.nodes} node(s) x {res.gpus_per_node} GPU(s), launcher {ref.spec.launcher.value}",
             "directives": "\n".join(f"#SBATCH {sbatch_quote(d)}" for d in directives),
             "prologue": "\n".join(self.prologue),
             "command": f"exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 {supervisor}",
@@ -347,7 +393,9 @@ class SlurmDriver(Driver):
     def _find(self, ref: AttemptRef) -> str | None:
         out = self._run(["squeue", "-h", f"--name={job_name(ref)}", "-o", "%i"]).split()
         if not out:
-            out = self._run(["sacct", "-n", "-X", "-P", f"--name={job_name(ref)}", "-o", "JobID", "-S", "now-7days"]).split()
+            out = self._run(
+                ["sacct", "-n", "-X", "-P", f"--name={job_name(ref)}", "-o", "JobID", "-S", "now-7days"]
+            ).split()
         return out[0] if out else None
 
     def poll(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
@@ -378,15 +426,24 @@ class SlurmDriver(Driver):
         if state in ACTIVE:
             running = ref.dir.ranks_started(ref.number) >= self.launch_plan(ref).expected_ranks
             heartbeat, step = heartbeat_of(ref, ref.spec.resources.nodes)
-            return Observation(AttemptState.RUNNING if running else AttemptState.STARTING, heartbeat=heartbeat, step=step)
+            return Observation(
+                AttemptState.RUNNING if running else AttemptState.STARTING, heartbeat=heartbeat, step=step
+            )
         if state in ENDED:
             if not entry.get("allocation_nodes") and entry.get("nodes") not in (None, "", "None assigned"):
                 # slurmdbd writes asynchronously: for a moment after the end the record shows
                 # the first node only and no allocation; the next poll sees it whole
-                return Observation(AttemptState.UNKNOWN, reason=f"Slurm accounting of job {ref.backend_ref} is settling")
+                return Observation(
+                    AttemptState.UNKNOWN, reason=f"Slurm accounting of job {ref.backend_ref} is settling"
+                )
             failed_nodes = self._down_nodes(entry.get("nodes", "")) if state == "NODE_FAIL" else []
-            return Observation(ENDED[state], exit_code=_exit_code(entry), reason=self._end_reason(ref, state, failed_nodes),
-                               fault=self._fault(ref, state), failed_nodes=tuple(name for name, _ in failed_nodes))
+            return Observation(
+                ENDED[state],
+                exit_code=_exit_code(entry),
+                reason=self._end_reason(ref, state, failed_nodes),
+                fault=self._fault(ref, state),
+                failed_nodes=tuple(name for name, _ in failed_nodes),
+            )
         return Observation(AttemptState.UNKNOWN, reason=f"Slurm state {state or '?'}")
 
     def _end_reason(self, ref: AttemptRef, state: str, failed_nodes: list[tuple[str, str]]) -> str:
@@ -405,8 +462,9 @@ class SlurmDriver(Driver):
     def _fault(self, ref: AttemptRef, state: str) -> Fault | None:
         if state in ("COMPLETED", "CANCELLED"):
             return None
-        return {"NODE_FAIL": Fault.INFRASTRUCTURE, "TIMEOUT": Fault.TIMEOUT, "PREEMPTED": Fault.PREEMPTION}.get(state) \
-            or fault_from_job_dir(ref, ref.spec.resources.nodes)
+        return {"NODE_FAIL": Fault.INFRASTRUCTURE, "TIMEOUT": Fault.TIMEOUT, "PREEMPTED": Fault.PREEMPTION}.get(
+            state
+        ) or fault_from_job_dir(ref, ref.spec.resources.nodes)
 
     def _down_nodes(self, nodes: str) -> list[tuple[str, str]]:
         """(name, Slurm's reason) of the job's nodes that are down, drained or failed."""
@@ -415,8 +473,11 @@ class SlurmDriver(Driver):
             info = json.loads(self._run(["sinfo", "--json"]))["nodes"]
         except (RuntimeError, ValueError, KeyError):
             return []
-        return [(n["name"], n.get("reason") or "down") for n in info
-                if n["name"] in hosts and any(s in str(n.get("state", "")).upper() for s in ("DOWN", "DRAIN", "FAIL"))]
+        return [
+            (n["name"], n.get("reason") or "down")
+            for n in info
+            if n["name"] in hosts and any(s in str(n.get("state", "")).upper() for s in ("DOWN", "DRAIN", "FAIL"))
+        ]
 
     def cancel(self, ref: AttemptRef) -> None:
         if ref.backend_ref:
@@ -432,8 +493,19 @@ class SlurmDriver(Driver):
             if account not in known:
                 self.log.warning("Slurm has no account %s: its quota is not mirrored", account)
                 continue
-            self._run(["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
-                       f"GrpTRES=gres/gpu={gpus}", f"Fairshare={shares}"])
+            self._run(
+                [
+                    "sacctmgr",
+                    "-i",
+                    "modify",
+                    "account",
+                    "where",
+                    f"name={account}",
+                    "set",
+                    f"GrpTRES=gres/gpu={gpus}",
+                    f"Fairshare={shares}",
+                ]
+            )
 
     def warn(self, ref: AttemptRef) -> None:
         """SIGUSR1 to every step's tasks (the supervisors), not to the batch shell."""

@@ -28,7 +28,6 @@ from cellscale_hub.scheduling.ceiling import Ceiling, best_ceiling
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.tenancy import Tenancy
 
-
 MAX_AHEAD = 10  # holders named in a waiting job's reason
 
 
@@ -145,7 +144,9 @@ class Usage:
             return
         before = self.used[cq, flavor]
         self.used[cq, flavor] = before + gpus
-        self.in_pool[self.root[cq], flavor] += self._from_pool(cq, flavor, before + gpus) - self._from_pool(cq, flavor, before)
+        self.in_pool[self.root[cq], flavor] += self._from_pool(cq, flavor, before + gpus) - self._from_pool(
+            cq, flavor, before
+        )
 
     def quota(self, cq: str, flavor: str):
         return self.t.cluster_queues[cq].quotas[flavor]
@@ -177,7 +178,7 @@ class Usage:
     def fits(self, cq: str, flavor: str, gpus: int) -> bool:
         return self.headroom(cq, flavor)[0] >= gpus
 
-    def without(self, victims: Iterable[Holder]) -> "Usage":
+    def without(self, victims: Iterable[Holder]) -> Usage:
         copy = Usage.__new__(Usage)
         copy.t, copy.capacity, copy.root, copy.pool_size = self.t, self.capacity, self.root, self.pool_size
         copy.used, copy.physical = defaultdict(int, self.used), defaultdict(int, self.physical)
@@ -221,8 +222,12 @@ def schedule(snap: Snapshot) -> Decision:
     flavors_of = {cq: list(t.cluster_queues[cq].quotas) for cq in queues}
     while heads:
         node_use = tree.node_usage(queue_use)
-        cq = min(heads, key=lambda c: _order(usage, _flavors(flavors_of[c], queues[c][heads[c]]),
-                                              queues[c][heads[c]], tree.key(c, node_use)))
+        cq = min(
+            heads,
+            key=lambda c: _order(
+                usage, _flavors(flavors_of[c], queues[c][heads[c]]), queues[c][heads[c]], tree.key(c, node_use)
+            ),
+        )
         job = queues[cq][heads[cq]]
         flavors = _flavors(flavors_of[cq], job)
         too_big = cycle.never_fits(snap, job, flavors) if flavors else None
@@ -242,7 +247,7 @@ def schedule(snap: Snapshot) -> Decision:
         decision.pending[job.job_id] = _blocked_reason(snap, usage, job, flavors, cycle)
         for f in flavors:
             cycle.claims.setdefault((usage.root[cq], f), job)
-        _explain_behind(decision, queues[cq][heads[cq] + 1:], job, start=2)
+        _explain_behind(decision, queues[cq][heads[cq] + 1 :], job, start=2)
         del heads[cq]
     return decision
 
@@ -330,8 +335,12 @@ def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle:
         if h.cluster_queue == cq:
             if h.priority < job.priority:
                 out.append(h)  # priority preemption within the queue
-        elif within_nominal and usage.has(h.cluster_queue, flavor) and \
-                usage.root[h.cluster_queue] == usage.root[cq] and usage.borrowed(h.cluster_queue, flavor):
+        elif (
+            within_nominal
+            and usage.has(h.cluster_queue, flavor)
+            and usage.root[h.cluster_queue] == usage.root[cq]
+            and usage.borrowed(h.cluster_queue, flavor)
+        ):
             out.append(h)  # reclaim what was lent
     return out
 
@@ -343,8 +352,9 @@ def _loss(snap: Snapshot, usage: Usage, h: Holder):
     return (work_lost, h.priority, -usage.borrowed(h.cluster_queue, h.flavor), h.gpus, h.job_id)
 
 
-def _fewest(usage: Usage, job: Workload, flavor: str, candidates: list[Holder],
-            lenders_only: bool = False) -> list[Holder] | None:
+def _fewest(
+    usage: Usage, job: Workload, flavor: str, candidates: list[Holder], lenders_only: bool = False
+) -> list[Holder] | None:
     """Take candidates in order until the job fits, then drop any it does not need after
     all; None if even all of them are not enough. With `lenders_only`, another queue's job
     is taken only while that queue still borrows."""
@@ -353,7 +363,11 @@ def _fewest(usage: Usage, job: Workload, flavor: str, candidates: list[Holder],
     for victim in candidates:
         if trial.fits(job.cluster_queue, flavor, job.gpus):
             break
-        if lenders_only and victim.cluster_queue != job.cluster_queue and not trial.borrowed(victim.cluster_queue, flavor):
+        if (
+            lenders_only
+            and victim.cluster_queue != job.cluster_queue
+            and not trial.borrowed(victim.cluster_queue, flavor)
+        ):
             continue  # that queue is back within its own quota
         chosen.append(victim)
         trial = usage.without(chosen)
@@ -370,23 +384,36 @@ def _victim_reason(usage: Usage, victim: Holder, job: Workload) -> str:
     if victim.cluster_queue == job.cluster_queue:
         return f"preempted for higher-priority job {job.job_id} in queue {job.cluster_queue}"
     lent = min(victim.gpus, usage.borrowed(victim.cluster_queue, victim.flavor))
-    return (f"reclaimed by {job.cluster_queue}: {victim.cluster_queue} was borrowing {lent} {victim.flavor} GPU(s) "
-            f"(this job held {victim.gpus}) that {job.cluster_queue} needs within its nominal quota for job {job.job_id}")
+    return (
+        f"reclaimed by {job.cluster_queue}: {victim.cluster_queue} was borrowing {lent} {victim.flavor} GPU(s) "
+        f"(this job held {victim.gpus}) that {job.cluster_queue} needs within its nominal quota for job {job.job_id}"
+    )
 
 
 # -- why pending --------------------------------------------------------------------------
 def _never_fits(job: Workload, best: Ceiling | None) -> PendingReason:
     if best is None:
-        return PendingReason(PendingCode.NoFlavor, f"queue {job.cluster_queue} has no flavor this job may use", 1,
-                             needs=job.gpus)
+        return PendingReason(
+            PendingCode.NoFlavor, f"queue {job.cluster_queue} has no flavor this job may use", 1, needs=job.gpus
+        )
     if best.capacity_short:
-        why = (f"the {best.flavor} backend has {best.capacity} GPUs now (fewer than the queue's quota: nodes down, "
-               "or the backend did not answer); it waits until it has enough")
+        why = (
+            f"the {best.flavor} backend has {best.capacity} GPUs now (fewer than the queue's quota: nodes down, "
+            "or the backend did not answer); it waits until it has enough"
+        )
     else:
-        why = (f"queue {job.cluster_queue} can get at most {best.gpus} {best.flavor} GPU(s) (nominal + borrowable); "
-               "ask an admin to raise the quota or submit a smaller job")
-    return PendingReason(PendingCode.NeverFits, f"needs {job.gpus} GPU(s) but {why}", 1, flavor=best.flavor,
-                         needs=job.gpus, available=best.gpus)
+        why = (
+            f"queue {job.cluster_queue} can get at most {best.gpus} {best.flavor} GPU(s) (nominal + borrowable); "
+            "ask an admin to raise the quota or submit a smaller job"
+        )
+    return PendingReason(
+        PendingCode.NeverFits,
+        f"needs {job.gpus} GPU(s) but {why}",
+        1,
+        flavor=best.flavor,
+        needs=job.gpus,
+        available=best.gpus,
+    )
 
 
 def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], cycle: Cycle) -> PendingReason:
@@ -395,32 +422,50 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
     if victims:
         flavor = victims[0].flavor
         names = ", ".join(h.job_id for h in victims)
-        return PendingReason(PendingCode.Preempting, f"waiting for {sum(h.gpus for h in victims)} {flavor} GPU(s) being freed by "
-                             f"preempting {names} (they were warned and may checkpoint first)", 1, flavor, job.gpus,
-                             usage.headroom(cq, flavor)[0],
-                             tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, "being preempted") for h in victims))
+        return PendingReason(
+            PendingCode.Preempting,
+            f"waiting for {sum(h.gpus for h in victims)} {flavor} GPU(s) being freed by "
+            f"preempting {names} (they were warned and may checkpoint first)",
+            1,
+            flavor,
+            job.gpus,
+            usage.headroom(cq, flavor)[0],
+            tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, "being preempted") for h in victims),
+        )
     held = [f for f in flavors if usage.fits(cq, f, job.gpus) and _claimant(usage, cycle.claims, job, f)]
     if held:
         head = _claimant(usage, cycle.claims, job, held[0])
-        return PendingReason(PendingCode.HeldForAhead, f"waiting: it would borrow {held[0]} GPUs that {head.job_id} "
-                             f"({head.cluster_queue}, {head.gpus} GPUs) is waiting for and goes first; it may run "
-                             f"within its own quota", 1, held[0], job.gpus, usage.headroom(cq, held[0])[0],
-                             (Ahead(head.job_id, head.cluster_queue, head.gpus, "waiting ahead"),))
+        return PendingReason(
+            PendingCode.HeldForAhead,
+            f"waiting: it would borrow {held[0]} GPUs that {head.job_id} "
+            f"({head.cluster_queue}, {head.gpus} GPUs) is waiting for and goes first; it may run "
+            f"within its own quota",
+            1,
+            held[0],
+            job.gpus,
+            usage.headroom(cq, held[0])[0],
+            (Ahead(head.job_id, head.cluster_queue, head.gpus, "waiting ahead"),),
+        )
     flavor = min(flavors, key=lambda f: job.gpus - usage.headroom(cq, f)[0])
     available, code = usage.headroom(cq, flavor)
     holders = _holders_in_the_way(snap, usage, job, flavor, code)
     q = usage.quota(cq, flavor)
     words = {
-        PendingCode.QuotaExhausted: f"queue {cq} is at its {flavor} quota ({q.nominal} nominal + {q.borrowing_limit} borrowable)",
+        PendingCode.QuotaExhausted: (
+            f"queue {cq} is at its {flavor} quota ({q.nominal} nominal + {q.borrowing_limit} borrowable)"
+        ),
         PendingCode.PoolLent: f"the rest of the {flavor} quota of {usage.root[cq].partition(':')[2]}'s tree is in use",
         PendingCode.CapacityFull: f"all {usage.capacity.get(flavor, 0)} {flavor} GPUs are in use",
     }[code]
     message = f"waiting for {job.gpus} {flavor} GPU(s) at once; {available} free to it: {words}"
     ahead = tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, _why(usage, h, cq)) for h in holders[:MAX_AHEAD])
     if ahead:
-        message += "; held by " + ", ".join(f"{a.job_id} ({a.cluster_queue}, {a.gpus} GPUs, {a.why})" for a in ahead[:3])
-    return PendingReason(code, message, 1, flavor, job.gpus, available, ahead,
-                         _estimate(snap, holders, job.gpus - available))
+        message += "; held by " + ", ".join(
+            f"{a.job_id} ({a.cluster_queue}, {a.gpus} GPUs, {a.why})" for a in ahead[:3]
+        )
+    return PendingReason(
+        code, message, 1, flavor, job.gpus, available, ahead, _estimate(snap, holders, job.gpus - available)
+    )
 
 
 def _holders_in_the_way(snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: PendingCode) -> list[Holder]:
@@ -465,6 +510,13 @@ def _explain_behind(decision: Decision, behind: list[Workload], head: Workload, 
     head_reason = decision.pending[head.job_id]
     for position, job in enumerate(behind, start=start):
         decision.pending[job.job_id] = PendingReason(
-            PendingCode.Queued, f"position {position} in queue {job.cluster_queue}, behind {head.job_id} "
-            f"which waits for {head.gpus} GPU(s); it needs {job.gpus}", position, head_reason.flavor, job.gpus,
-            head_reason.available, ahead, None)
+            PendingCode.Queued,
+            f"position {position} in queue {job.cluster_queue}, behind {head.job_id} "
+            f"which waits for {head.gpus} GPU(s); it needs {job.gpus}",
+            position,
+            head_reason.flavor,
+            job.gpus,
+            head_reason.available,
+            ahead,
+            None,
+        )

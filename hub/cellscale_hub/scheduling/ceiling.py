@@ -38,20 +38,26 @@ class Ceiling:
 
 
 def ceiling(tenancy: Tenancy, cluster_queue: str, flavor: str, capacity: Mapping[str, int] | None = None) -> Ceiling:
-    return Ceiling(cluster_queue, flavor, tenancy.cluster_queues[cluster_queue].quotas[flavor].nominal,
-                   tenancy.max_admissible(cluster_queue, flavor),
-                   None if capacity is None else capacity.get(flavor, 0))
+    return Ceiling(
+        cluster_queue,
+        flavor,
+        tenancy.cluster_queues[cluster_queue].quotas[flavor].nominal,
+        tenancy.max_admissible(cluster_queue, flavor),
+        None if capacity is None else capacity.get(flavor, 0),
+    )
 
 
-def best_ceiling(tenancy: Tenancy, cluster_queue: str, flavors: Iterable[str],
-                 capacity: Mapping[str, int] | None = None) -> Ceiling:
+def best_ceiling(
+    tenancy: Tenancy, cluster_queue: str, flavors: Iterable[str], capacity: Mapping[str, int] | None = None
+) -> Ceiling:
     """The highest ceiling among `flavors` (the first one on a tie: flavors are tried in order)."""
     ceilings = [ceiling(tenancy, cluster_queue, f, capacity) for f in flavors]
     return max(ceilings, key=lambda c: c.gpus)
 
 
-def never_fits(tenancy: Tenancy, cluster_queue: str, flavors: Iterable[str], gpus: int,
-               capacity: Mapping[str, int] | None = None) -> Ceiling | None:
+def never_fits(
+    tenancy: Tenancy, cluster_queue: str, flavors: Iterable[str], gpus: int, capacity: Mapping[str, int] | None = None
+) -> Ceiling | None:
     """The best ceiling when `gpus` is above every flavor's; None when the job can fit."""
     best = best_ceiling(tenancy, cluster_queue, flavors, capacity)
     return best if gpus > best.gpus else None

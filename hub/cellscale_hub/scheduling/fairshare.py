@@ -12,6 +12,7 @@ ratio at every level from the root down, compared left to right.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,11 +47,11 @@ class FairTree:
     share: dict[str, float]  # node -> its weight as a fraction of its siblings' weights
 
     @classmethod
-    def of(cls, tenancy: Tenancy) -> "FairTree":
+    def of(cls, tenancy: Tenancy) -> FairTree:
         paths = {cq: tuple(tenancy.fair_share_path(cq)) for cq in tenancy.cluster_queues}
         parent: dict[str, str] = {}
         for path in paths.values():
-            for above, node in zip((ROOT, *path), path):
+            for above, node in itertools.pairwise((ROOT, *path)):
                 parent[node] = above
         siblings_weight: dict[str, float] = {}
         for node, above in parent.items():

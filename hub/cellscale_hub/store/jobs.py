@@ -30,8 +30,15 @@ def insert_job(session: Session, job: Job) -> tuple[Job, bool]:
             with session.begin_nested():
                 session.add(job)
                 session.flush()
-                add_event(session, job, kind=EventKind.PHASE, to_phase=job.phase, reason=EventReason.Submitted, actor=job.owner,
-                          message=f"submitted to queue {job.queue} on backend {job.backend}")
+                add_event(
+                    session,
+                    job,
+                    kind=EventKind.PHASE,
+                    to_phase=job.phase,
+                    reason=EventReason.Submitted,
+                    actor=job.owner,
+                    message=f"submitted to queue {job.queue} on backend {job.backend}",
+                )
             return job, True
         except IntegrityError:  # a concurrent retry of the same submit won the race
             existing = find_by_key(session, job.owner, job.idempotency_key)
@@ -49,15 +56,43 @@ def find_by_key(session: Session, owner: str, key: str) -> Job | None:
     return session.scalar(select(Job).where(Job.owner == owner, Job.idempotency_key == key))
 
 
-def add_event(session: Session, job: Job, *, kind: EventKind, attempt: int | None = None,
-              from_phase: Phase | None = None, to_phase: Phase | None = None, reason: EventReason | None = None,
-              message: str | None = None, actor: str | None = None) -> None:
-    session.add(Event(job_id=job.id, kind=kind, attempt=attempt, from_phase=from_phase, to_phase=to_phase,
-                      reason=reason, message=message, actor=actor, at=utcnow()))
+def add_event(
+    session: Session,
+    job: Job,
+    *,
+    kind: EventKind,
+    attempt: int | None = None,
+    from_phase: Phase | None = None,
+    to_phase: Phase | None = None,
+    reason: EventReason | None = None,
+    message: str | None = None,
+    actor: str | None = None,
+) -> None:
+    session.add(
+        Event(
+            job_id=job.id,
+            kind=kind,
+            attempt=attempt,
+            from_phase=from_phase,
+            to_phase=to_phase,
+            reason=reason,
+            message=message,
+            actor=actor,
+            at=utcnow(),
+        )
+    )
 
 
-def transition(session: Session, job: Job, target: Phase, reason: EventReason, *, actor: str = "controller",
-               attempt: int | None = None, message: str | None = None) -> None:
+def transition(
+    session: Session,
+    job: Job,
+    target: Phase,
+    reason: EventReason,
+    *,
+    actor: str = "controller",
+    attempt: int | None = None,
+    message: str | None = None,
+) -> None:
     current = job.phase
     if current is target:
         return
@@ -67,8 +102,17 @@ def transition(session: Session, job: Job, target: Phase, reason: EventReason, *
         job.started_at = job.updated_at
     if target.terminal:
         job.finished_at = job.updated_at
-    add_event(session, job, kind=EventKind.PHASE, attempt=attempt, from_phase=current, to_phase=target,
-              reason=reason, message=message, actor=actor)
+    add_event(
+        session,
+        job,
+        kind=EventKind.PHASE,
+        attempt=attempt,
+        from_phase=current,
+        to_phase=target,
+        reason=reason,
+        message=message,
+        actor=actor,
+    )
 
 
 def active_attempts(session: Session, backend: str) -> list[Attempt]:
@@ -93,8 +137,16 @@ def cancel_requested_active(session: Session) -> list[Job]:
     return list(session.scalars(query))
 
 
-def list_jobs(session: Session, *, owners: Iterable[str] | None, tenants: Iterable[str] | None,
-              phase: Phase | None, name: str | None, limit: int, cursor: str | None) -> tuple[list[Job], str | None]:
+def list_jobs(
+    session: Session,
+    *,
+    owners: Iterable[str] | None,
+    tenants: Iterable[str] | None,
+    phase: Phase | None,
+    name: str | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[Job], str | None]:
     """Newest first, keyset-paginated. `owners`/`tenants` of None mean no restriction."""
     query = select(Job)
     if owners is not None:
@@ -133,13 +185,27 @@ def events_of(session: Session, job_id: str, after: int = 0) -> list[Event]:
 
 def job_view(job: Job) -> JobView:
     return JobView(
-        id=job.id, name=job.name, owner=job.owner, tenant=job.tenant, queue=job.queue, backend=job.backend,
-        cluster_queue=job.cluster_queue, flavor=job.flavor, priority=job.priority, borrowed=job.borrowed,
-        phase=job.phase, reason=job.reason, spec=JobSpec.model_validate(job.spec),
+        id=job.id,
+        name=job.name,
+        owner=job.owner,
+        tenant=job.tenant,
+        queue=job.queue,
+        backend=job.backend,
+        cluster_queue=job.cluster_queue,
+        flavor=job.flavor,
+        priority=job.priority,
+        borrowed=job.borrowed,
+        phase=job.phase,
+        reason=job.reason,
+        spec=JobSpec.model_validate(job.spec),
         pending=PendingView.model_validate(job.pending) if job.pending and job.phase is Phase.PENDING else None,
-        preempting=job.preempt_deadline is not None, excluded_nodes=list(job.excluded_nodes or []),
-        created_at=job.created_at, updated_at=job.updated_at, started_at=job.started_at,
-        finished_at=job.finished_at, cancel_requested=job.cancel_requested,
+        preempting=job.preempt_deadline is not None,
+        excluded_nodes=list(job.excluded_nodes or []),
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        cancel_requested=job.cancel_requested,
         result_available=job.result_available,
         attempts=[attempt_view(a) for a in job.attempts],
     )
@@ -147,13 +213,34 @@ def job_view(job: Job) -> JobView:
 
 def attempt_view(a: Attempt) -> AttemptView:
     return AttemptView(
-        number=a.number, backend=a.backend, backend_ref=a.backend_ref, state=a.state, gpu_ids=list(a.gpu_ids or []),
-        submitted_at=a.submitted_at, started_at=a.started_at, ended_at=a.ended_at, exit_code=a.exit_code,
-        end_reason=a.end_reason, last_heartbeat=a.last_heartbeat, last_checkpoint_at=a.last_checkpoint_at,
-        fault=a.fault, failed_nodes=list(a.failed_nodes or []), last_step=a.last_step,
+        number=a.number,
+        backend=a.backend,
+        backend_ref=a.backend_ref,
+        state=a.state,
+        gpu_ids=list(a.gpu_ids or []),
+        submitted_at=a.submitted_at,
+        started_at=a.started_at,
+        ended_at=a.ended_at,
+        exit_code=a.exit_code,
+        end_reason=a.end_reason,
+        last_heartbeat=a.last_heartbeat,
+        last_checkpoint_at=a.last_checkpoint_at,
+        fault=a.fault,
+        failed_nodes=list(a.failed_nodes or []),
+        last_step=a.last_step,
     )
 
 
 def event_view(e: Event) -> EventView:
-    return EventView(id=e.id, job_id=e.job_id, at=e.at, kind=e.kind, attempt=e.attempt, from_phase=e.from_phase,
-                     to_phase=e.to_phase, reason=e.reason, message=e.message, actor=e.actor)
+    return EventView(
+        id=e.id,
+        job_id=e.job_id,
+        at=e.at,
+        kind=e.kind,
+        attempt=e.attempt,
+        from_phase=e.from_phase,
+        to_phase=e.to_phase,
+        reason=e.reason,
+        message=e.message,
+        actor=e.actor,
+    )

@@ -80,12 +80,23 @@ def _latest(session: Session) -> TenancyRevision | None:
     return session.scalar(select(TenancyRevision).order_by(TenancyRevision.id.desc()).limit(1))
 
 
-def _record(session: Session, actor: str, action: str, target: str, before, after, document: dict | None = None) -> None:
+def _record(
+    session: Session, actor: str, action: str, target: str, before, after, document: dict | None = None
+) -> None:
     revision = TenancyRevision(at=utcnow(), actor=actor, document=document if document is not None else after)
     session.add(revision)
     session.flush()
-    session.add(AuditEvent(at=utcnow(), actor=actor, action=action, target=target,
-                           before=_wrap(before), after=_wrap(after), revision=revision.id))
+    session.add(
+        AuditEvent(
+            at=utcnow(),
+            actor=actor,
+            action=action,
+            target=target,
+            before=_wrap(before),
+            after=_wrap(after),
+            revision=revision.id,
+        )
+    )
 
 
 def _wrap(value) -> dict | None:

@@ -20,25 +20,33 @@ from cellscale_hub.tenancy import Tenancy
 HISTORY_HALF_LIVES = 8  # older use weighs under 0.4%: not worth reading
 
 
-def snapshot(session: Session, tenancy: Tenancy, capacity: dict[str, int], now: datetime,
-             half_life_s: float) -> Snapshot:
-    return Snapshot(tenancy=tenancy, capacity=capacity, holders=tuple(holders(session)),
-                    pending=tuple(pending_workloads(session, tenancy)),
-                    history=history(session, now, half_life_s), now=now.timestamp())
+def snapshot(
+    session: Session, tenancy: Tenancy, capacity: dict[str, int], now: datetime, half_life_s: float
+) -> Snapshot:
+    return Snapshot(
+        tenancy=tenancy,
+        capacity=capacity,
+        holders=tuple(holders(session)),
+        pending=tuple(pending_workloads(session, tenancy)),
+        history=history(session, now, half_life_s),
+        now=now.timestamp(),
+    )
 
 
 def pending_workloads(session: Session, tenancy: Tenancy) -> list[Workload]:
     """Columns only (no ORM objects, no spec): a queue of 100k jobs stays cheap to read. A
     job may use its queue's flavors on the backend its spec was shaped for."""
-    query = (select(Job.id, Job.cluster_queue, Job.gpus, Job.priority, Job.created_at, Job.backend, Job.tenant)
-             .where(Job.phase == Phase.PENDING, Job.cancel_requested.is_(False)))
+    query = select(Job.id, Job.cluster_queue, Job.gpus, Job.priority, Job.created_at, Job.backend, Job.tenant).where(
+        Job.phase == Phase.PENDING, Job.cancel_requested.is_(False)
+    )
     out = []
     for row in session.execute(query):
         if row.cluster_queue not in tenancy.cluster_queues:
             continue  # its queue was removed: it waits until an admin restores it (reason set at submit)
         flavors = tuple(tenancy.flavors_for(row.cluster_queue, row.backend))  # shaped for this backend
-        out.append(Workload(row.id, row.cluster_queue, row.gpus, row.priority, row.created_at.timestamp(), flavors,
-                            row.tenant))
+        out.append(
+            Workload(row.id, row.cluster_queue, row.gpus, row.priority, row.created_at.timestamp(), flavors, row.tenant)
+        )
     return out
 
 
@@ -51,11 +59,18 @@ def holder_of(job: Job) -> Holder:
     attempt = job.attempts[-1] if job.attempts else None
     started = attempt.started_at if attempt and attempt.started_at else None
     timeout_s = job.spec.get("resources", {}).get("timeout_min", 60) * 60
-    return Holder(job.id, job.cluster_queue, job.flavor, job.gpus, job.priority,
-                  started.timestamp() if started else None,
-                  attempt.last_checkpoint_at.timestamp() if attempt and attempt.last_checkpoint_at else None,
-                  started.timestamp() + timeout_s if started else None,
-                  job.preempt_deadline is not None, job.tenant)
+    return Holder(
+        job.id,
+        job.cluster_queue,
+        job.flavor,
+        job.gpus,
+        job.priority,
+        started.timestamp() if started else None,
+        attempt.last_checkpoint_at.timestamp() if attempt and attempt.last_checkpoint_at else None,
+        started.timestamp() + timeout_s if started else None,
+        job.preempt_deadline is not None,
+        job.tenant,
+    )
 
 
 def history(session: Session, now: datetime, half_life_s: float) -> dict[str, float]:
@@ -63,9 +78,11 @@ def history(session: Session, now: datetime, half_life_s: float) -> dict[str, fl
     if half_life_s <= 0:
         return {}
     since = now - timedelta(seconds=HISTORY_HALF_LIVES * half_life_s)
-    query = (select(Job.cluster_queue, Job.gpus, Attempt.started_at, Attempt.ended_at)
-             .join(Attempt, Attempt.job_id == Job.id)
-             .where(Attempt.started_at.is_not(None), or_(Attempt.ended_at.is_(None), Attempt.ended_at > since)))
+    query = (
+        select(Job.cluster_queue, Job.gpus, Attempt.started_at, Attempt.ended_at)
+        .join(Attempt, Attempt.job_id == Job.id)
+        .where(Attempt.started_at.is_not(None), or_(Attempt.ended_at.is_(None), Attempt.ended_at > since))
+    )
     decayed: dict[str, float] = defaultdict(float)
     t = now.timestamp()
     for cq, gpus, started, ended in session.execute(query):
@@ -76,8 +93,9 @@ def history(session: Session, now: datetime, half_life_s: float) -> dict[str, fl
 
 def node_faults(session: Session, since: datetime) -> dict[str, list[tuple[str, datetime]]]:
     """node -> (job, when) for each infrastructure fault that blamed it since `since`."""
-    query = (select(Attempt.job_id, Attempt.failed_nodes, Attempt.ended_at)
-             .where(Attempt.fault == Fault.INFRASTRUCTURE, Attempt.ended_at > since))
+    query = select(Attempt.job_id, Attempt.failed_nodes, Attempt.ended_at).where(
+        Attempt.fault == Fault.INFRASTRUCTURE, Attempt.ended_at > since
+    )
     found: dict[str, list[tuple[str, datetime]]] = defaultdict(list)
     for job_id, nodes, ended in session.execute(query):
         for node in nodes or []:
@@ -86,16 +104,20 @@ def node_faults(session: Session, since: datetime) -> dict[str, list[tuple[str, 
 
 
 def gpu_hours(session: Session, now: datetime) -> dict[str, float]:
-    query = (select(Job.cluster_queue, Job.gpus, Attempt.started_at, Attempt.ended_at)
-             .join(Attempt, Attempt.job_id == Job.id).where(Attempt.started_at.is_not(None)))
+    query = (
+        select(Job.cluster_queue, Job.gpus, Attempt.started_at, Attempt.ended_at)
+        .join(Attempt, Attempt.job_id == Job.id)
+        .where(Attempt.started_at.is_not(None))
+    )
     hours: dict[str, float] = defaultdict(float)
     for cq, gpus, started, ended in session.execute(query):
         hours[cq] += gpus * ((ended or now) - started).total_seconds() / 3600
     return hours
 
 
-def queue_usage(session: Session, tenancy: Tenancy, now: datetime, half_life_s: float,
-                only: set[str] | None = None) -> list[QueueUsage]:
+def queue_usage(
+    session: Session, tenancy: Tenancy, now: datetime, half_life_s: float, only: set[str] | None = None
+) -> list[QueueUsage]:
     """Quota, use and pressure per cluster queue (`only`: these queues)."""
     held: dict[tuple[str, str], int] = defaultdict(int)
     for h in holders(session):
@@ -109,21 +131,42 @@ def queue_usage(session: Session, tenancy: Tenancy, now: datetime, half_life_s: 
         if only is not None and name not in only:
             continue
         flavors = [
-            FlavorUsage(flavor=f, backend=tenancy.flavors[f].backend, nominal=q.nominal,
-                        borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit, used=held[name, f],
-                        borrowed=max(0, held[name, f] - q.nominal))
+            FlavorUsage(
+                flavor=f,
+                backend=tenancy.flavors[f].backend,
+                nominal=q.nominal,
+                borrowing_limit=q.borrowing_limit,
+                lending_limit=q.lending_limit,
+                used=held[name, f],
+                borrowed=max(0, held[name, f] - q.nominal),
+            )
             for f, q in cq.quotas.items()
         ]
-        out.append(QueueUsage(cluster_queue=name, cohort=cq.cohort, weight=cq.weight, flavors=flavors,
-                              pending_jobs=len(waiting[name]), pending_gpus=sum(waiting[name]), recent_gpus=round(recent.get(name, 0.0), 3),
-                              gpu_hours=round(hours.get(name, 0.0), 4)))
+        out.append(
+            QueueUsage(
+                cluster_queue=name,
+                cohort=cq.cohort,
+                weight=cq.weight,
+                flavors=flavors,
+                pending_jobs=len(waiting[name]),
+                pending_gpus=sum(waiting[name]),
+                recent_gpus=round(recent.get(name, 0.0), 3),
+                gpu_hours=round(hours.get(name, 0.0), 4),
+            )
+        )
     return out
 
 
 def pending_view(reason: PendingReason) -> PendingView:
     return PendingView(
-        code=reason.code, message=reason.message, position=reason.position, flavor=reason.flavor, needs=reason.needs,
+        code=reason.code,
+        message=reason.message,
+        position=reason.position,
+        flavor=reason.flavor,
+        needs=reason.needs,
         available=reason.available,
-        ahead=[AheadView(job_id=a.job_id, cluster_queue=a.cluster_queue, gpus=a.gpus, why=a.why) for a in reason.ahead[:10]],
+        ahead=[
+            AheadView(job_id=a.job_id, cluster_queue=a.cluster_queue, gpus=a.gpus, why=a.why) for a in reason.ahead[:10]
+        ],
         estimated_start=datetime.fromtimestamp(reason.estimated_start).astimezone() if reason.estimated_start else None,
     )

@@ -35,8 +35,13 @@ def save_outputs(job: JobDir, namespace: dict[str, object], names: list[str]) ->
 
 # What a collective raises on the survivors when a peer rank dies: a consequence of someone
 # else's fault, not an error in the cell.
-PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote process exited",
-             "NCCL communicator was aborted", "Broken pipe")
+PEER_LOST = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "remote process exited",
+    "NCCL communicator was aborted",
+    "Broken pipe",
+)
 
 
 def lost_a_peer(exc: BaseException) -> bool:

@@ -38,7 +38,7 @@ class JobEnvironment:
     job_dir: str = ""
 
     @classmethod
-    def current(cls) -> "JobEnvironment":
+    def current(cls) -> JobEnvironment:
         env = os.environ
         return cls(
             job_id=env.get("CELLSCALE_JOB_ID", ""),

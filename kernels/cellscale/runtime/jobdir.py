@@ -36,7 +36,15 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from cellscale.runtime.records import (
-    Checkpoint, ExitRecord, Heartbeat, LaunchPlan, PreemptNotice, Progress, RankError, ResumeReport, Started,
+    Checkpoint,
+    ExitRecord,
+    Heartbeat,
+    LaunchPlan,
+    PreemptNotice,
+    Progress,
+    RankError,
+    ResumeReport,
+    Started,
 )
 
 R = TypeVar("R", bound=BaseModel)

@@ -32,7 +32,10 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible_devices(node_gpus, local_rank, plan.procs_per_node))
     child = subprocess.Popen(
         [sys.executable, "-u", "-m", "cellscale.runtime.cell", str(job.root), str(attempt)],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     job.mark_rank_started(attempt, rank)
     for signum in (signal.SIGTERM, signal.SIGINT):

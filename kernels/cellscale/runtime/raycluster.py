@@ -33,20 +33,38 @@ def free_port() -> int:
 
 def _node_argv(plan: LaunchPlan, temp_dir: str) -> list[str]:
     ray = str(Path(sys.executable).with_name("ray"))
-    ports = {name: free_port() for name in (
-        "node-manager-port", "object-manager-port", "dashboard-agent-grpc-port",
-        "dashboard-agent-listen-port", "metrics-export-port", "runtime-env-agent-port",
-    )}
+    ports = {
+        name: free_port()
+        for name in (
+            "node-manager-port",
+            "object-manager-port",
+            "dashboard-agent-grpc-port",
+            "dashboard-agent-listen-port",
+            "metrics-export-port",
+            "runtime-env-agent-port",
+        )
+    }
     return [
-        ray, "start", "--block", f"--num-gpus={plan.gpus_per_node}", f"--num-cpus={max(2, plan.gpus_per_node)}",
-        f"--temp-dir={temp_dir}", "--disable-usage-stats", "--object-store-memory=300000000",
+        ray,
+        "start",
+        "--block",
+        f"--num-gpus={plan.gpus_per_node}",
+        f"--num-cpus={max(2, plan.gpus_per_node)}",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+        "--object-store-memory=300000000",
         *(f"--{name}={value}" for name, value in ports.items()),
     ]
 
 
 def head_argv(plan: LaunchPlan, temp_dir: str, port: int) -> list[str]:
-    return [*_node_argv(plan, temp_dir), "--head", f"--port={port}", "--include-dashboard=false",
-            f"--ray-client-server-port={free_port()}"]
+    return [
+        *_node_argv(plan, temp_dir),
+        "--head",
+        f"--port={port}",
+        "--include-dashboard=false",
+        f"--ray-client-server-port={free_port()}",
+    ]
 
 
 def worker_argv(plan: LaunchPlan, temp_dir: str, head: str, node: int) -> list[str]:
@@ -86,7 +104,9 @@ def worker(plan: LaunchPlan, job: JobDir, master: str, env: dict[str, str], node
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     try:
         while not done.exists():
-            process = _start(worker_argv(plan, temp_dir, f"{master}:{plan.master_port}", node), env, node_dir / "ray-node.log")
+            process = _start(
+                worker_argv(plan, temp_dir, f"{master}:{plan.master_port}", node), env, node_dir / "ray-node.log"
+            )
             while process.poll() is None and not done.exists():
                 time.sleep(0.5)
             _stop(process)
@@ -102,8 +122,9 @@ def worker(plan: LaunchPlan, job: JobDir, master: str, env: dict[str, str], node
 
 def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
-        return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def _wait_for_nodes(env: dict[str, str], address: str, nodes: int) -> None:
@@ -116,7 +137,9 @@ def _wait_for_nodes(env: dict[str, str], address: str, nodes: int) -> None:
         "    if time.time() > deadline: sys.exit(1)\n"
         "    time.sleep(0.5)\n"
     )
-    if subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, timeout=START_TIMEOUT_SECONDS + 30).returncode:
+    if subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, timeout=START_TIMEOUT_SECONDS + 30
+    ).returncode:
         raise RuntimeError(f"only some of the {nodes} Ray nodes joined within {START_TIMEOUT_SECONDS}s")
 
 

@@ -21,10 +21,10 @@ from contextlib import ExitStack, contextmanager
 
 from cellscale.runtime import raycluster
 from cellscale.runtime.jobdir import JobDir, open_log
-from cellscale.runtime.records import ExitRecord, Heartbeat, LaunchPlan, PreemptNotice, Started
-from cellscale.vocabulary import ExitReason
 from cellscale.runtime.pump import pump_lines
+from cellscale.runtime.records import ExitRecord, Heartbeat, LaunchPlan, PreemptNotice, Started
 from cellscale.spec import Launcher
+from cellscale.vocabulary import ExitReason
 
 HEARTBEAT_SECONDS = 2.0
 GRACE_SECONDS = 10.0
@@ -40,8 +40,15 @@ def launcher_argv(plan: LaunchPlan, job: JobDir, node: int = 0, master: str = "1
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", *common, *rank]
     # static rendezvous: node k's ranks are k*procs .. k*procs+procs-1, the conventional layout
     return [
-        sys.executable, "-m", "torch.distributed.run", f"--nnodes={plan.nodes}", f"--node-rank={node}",
-        f"--master-addr={master}", f"--master-port={plan.master_port}", *common, *rank,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={plan.nodes}",
+        f"--node-rank={node}",
+        f"--master-addr={master}",
+        f"--master-port={plan.master_port}",
+        *common,
+        *rank,
     ]
 
 
@@ -85,7 +92,10 @@ class Supervisor:
         except Exception as exc:  # the launcher could not start: an infrastructure fault
             record = ExitRecord(code=127, reason=ExitReason.LAUNCH_FAILED, message=f"{type(exc).__name__}: {exc}")
         self.done.set()
-        os.write(log_fd, f"[cellscale] attempt {self.attempt} {where} ended: {record.reason.value} (exit {record.code})\n".encode())
+        os.write(
+            log_fd,
+            f"[cellscale] attempt {self.attempt} {where} ended: {record.reason.value} (exit {record.code})\n".encode(),
+        )
         self.job.write_exit(self.attempt, self.node, record)
         return record.code
 
@@ -100,10 +110,16 @@ class Supervisor:
             with warning_ignored():
                 stack.enter_context(raycluster.head_if(self.plan, self.job, self.dir, env, log_fd))
                 self.child = subprocess.Popen(
-                    launcher_argv(self.plan, self.job, self.node, master), env=env, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                    launcher_argv(self.plan, self.job, self.node, master),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
-            pump = pump_lines(self.child.stdout, log_fd, "[launcher] " if self.plan.nodes == 1 else f"[node {self.node}] ")
+            pump = pump_lines(
+                self.child.stdout, log_fd, "[launcher] " if self.plan.nodes == 1 else f"[node {self.node}] "
+            )
             record = self._wait(self.child)
             pump.join(timeout=5)
         return record
@@ -120,7 +136,9 @@ class Supervisor:
 
     def _record(self, code: int) -> ExitRecord:
         if self.stop_reason is ExitReason.TIMEOUT:
-            return ExitRecord(code=code, reason=ExitReason.TIMEOUT, message=f"ran past its time limit ({self.plan.timeout_s:.0f} s)")
+            return ExitRecord(
+                code=code, reason=ExitReason.TIMEOUT, message=f"ran past its time limit ({self.plan.timeout_s:.0f} s)"
+            )
         if self.stop_reason is ExitReason.CANCELLED:
             return ExitRecord(code=code, reason=ExitReason.CANCELLED)
         if code == 0:

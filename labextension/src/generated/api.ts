@@ -630,7 +630,7 @@ export interface components {
             retries?: components["schemas"]["Retries"];
             /**
              * Stall Timeout S
-             * @description Once the job reports training steps (JobEnvironment.report_step, Checkpointer.maybe_save), an attempt whose step does not advance for this long counts as hung (deadlocked in a collective): stopped and retried.
+             * @description Once the job reports training steps (JobEnvironment.report_step, Checkpointer.maybe_save), an attempt whose step does not advance for this long counts as hung (deadlocked in a collective): stopped, retried.
              */
             stall_timeout_s?: number | null;
             /**
