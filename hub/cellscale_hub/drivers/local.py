@@ -84,7 +84,10 @@ class LocalDriver(Driver):
         if ref.dir.read_started(ref.number) or ref.dir.supervisor_alive(ref.number):
             return ref.backend_ref or "local"  # already launched: never twice
         child = proc.spawn_detached(
-            self.argv(ref), cwd=ref.job_dir, log=node_dir / "supervisor.log", env=proc.job_environment()
+            self.argv(ref),
+            cwd=ref.job_dir,
+            log=ref.dir.process_log(ref.number, 0, "supervisor"),
+            env=proc.job_environment(),
         )
         self._children[ref.key] = child
         return f"pid:{child.pid}"

@@ -103,6 +103,11 @@ class JobDir:
     def write_exit(self, attempt: int, node: int, record: ExitRecord) -> None:
         _write(self.node_dir(attempt, node) / "exit.json", record)
 
+    def process_log(self, attempt: int, node: int, process: str) -> Path:
+        """The own output of a helper process on a node (the supervisor as the local backend
+        starts it, a Ray node): kept for debugging, never streamed to the user."""
+        return self.node_dir(attempt, node) / f"{process}.log"
+
     def lock_file(self, attempt: int, node: int = 0) -> Path:
         return self.node_dir(attempt, node) / "lock"
 

@@ -75,7 +75,7 @@ def worker_argv(plan: LaunchPlan, temp_dir: str, head: str, node: int) -> list[s
 
 
 @contextlib.contextmanager
-def head_if(plan: LaunchPlan, job: JobDir, node_dir: Path, env: dict[str, str], log_fd: int) -> Iterator[None]:
+def head_if(plan: LaunchPlan, job: JobDir, env: dict[str, str], log_fd: int) -> Iterator[None]:
     """Run a Ray head around the block when the plan's launcher is Ray; else do nothing.
     Worker nodes (see `worker`) join it and leave when the block ends."""
     if plan.launcher is not Launcher.ray:
@@ -83,9 +83,10 @@ def head_if(plan: LaunchPlan, job: JobDir, node_dir: Path, env: dict[str, str], 
         return
     temp_dir = f"/tmp/csray-{plan.job_id[-8:]}-{plan.attempt}-0"
     port = plan.master_port or free_port()
-    head = _start(head_argv(plan, temp_dir, port), env, node_dir / "ray-node.log")
+    log = job.process_log(plan.attempt, 0, "ray-node")
+    head = _start(head_argv(plan, temp_dir, port), env, log)
     try:
-        _wait_ready(head, node_dir / "ray-node.log")
+        _wait_ready(head, log)
         if plan.nodes > 1:
             _wait_for_nodes(env, f"127.0.0.1:{port}", plan.nodes)
         os.write(log_fd, f"[cellscale] ray cluster ready: {plan.nodes} node(s), {plan.gpus} GPUs\n".encode())
@@ -97,7 +98,7 @@ def head_if(plan: LaunchPlan, job: JobDir, node_dir: Path, env: dict[str, str], 
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def worker(plan: LaunchPlan, job: JobDir, master: str, env: dict[str, str], node_dir: Path, node: int) -> int:
+def worker(plan: LaunchPlan, job: JobDir, master: str, env: dict[str, str], node: int) -> int:
     """Join node 0's Ray head and stay until it says the cell is done; 0 when it ended that way."""
     temp_dir = f"/tmp/csray-{plan.job_id[-8:]}-{plan.attempt}-{node}"
     done = job.ray_done(plan.attempt)
@@ -105,7 +106,9 @@ def worker(plan: LaunchPlan, job: JobDir, master: str, env: dict[str, str], node
     try:
         while not done.exists():
             process = _start(
-                worker_argv(plan, temp_dir, f"{master}:{plan.master_port}", node), env, node_dir / "ray-node.log"
+                worker_argv(plan, temp_dir, f"{master}:{plan.master_port}", node),
+                env,
+                job.process_log(plan.attempt, node, "ray-node"),
             )
             while process.poll() is None and not done.exists():
                 time.sleep(0.5)

@@ -104,11 +104,11 @@ class Supervisor:
         master = self.plan.master_addr or first_host(env)
         if self.plan.launcher is Launcher.ray and self.node > 0:
             with warning_ignored():  # node 0's supervisor writes the notice every rank reads
-                code = raycluster.worker(self.plan, self.job, master, env, self.dir, self.node)
+                code = raycluster.worker(self.plan, self.job, master, env, self.node)
             return self._record(code)
         with ExitStack() as stack:
             with warning_ignored():
-                stack.enter_context(raycluster.head_if(self.plan, self.job, self.dir, env, log_fd))
+                stack.enter_context(raycluster.head_if(self.plan, self.job, env, log_fd))
                 self.child = subprocess.Popen(
                     launcher_argv(self.plan, self.job, self.node, master),
                     env=env,
