@@ -73,6 +73,9 @@ c.JupyterHub.services = [
         "name": SERVICE,
         "url": SERVICE_URL,
         "command": [sys.executable, "-m", "cellscale_hub", "--config", str(here / "cellscale_config.py")],
+        # No "Authorize cellscale?" page: a silent sign-in (an <img> on any page of this site) only
+        # gives the visitor's own browser a session that can change nothing without the control
+        # plane's own page (X-CSRF-Token + Origin check, docs/security.md). Turn it off if that changes.
         "oauth_no_confirm": True,
         "oauth_client_allowed_scopes": list(SCOPES),
         "environment": {k: v for k, v in os.environ.items() if k.startswith("CELLSCALE_")},

@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import json
 import logging
+import math
 import os
 import secrets
 import socket
@@ -94,6 +95,20 @@ class ControlPlane(Application):
     ).tag(config=True)
     poll_interval = Float(0.5, help="Seconds between reconcile cycles.").tag(config=True)
     service_name = Unicode(help="The hub service name (from JUPYTERHUB_SERVICE_NAME).").tag(config=True)
+    max_request_bytes = Integer(
+        2 * 2**20,
+        min=64 * 1024,
+        help="""Largest JSON request body the API reads (a job's spec: its cell is at most 1 MiB); larger
+        ones are refused (413) unread. An inputs bundle has its own limit (64 MiB).""",
+    ).tag(config=True)
+    auth_cache_seconds = Float(
+        5.0,
+        min=0,
+        help="""Seconds the hub's answers about a token (its user and scopes) and about a user (groups,
+        admin) are reused: a revoked token, or a user removed from a desk, loses access at most this
+        long after. Each active token and each active user costs one hub API call per period; 0 asks
+        the hub on every request.""",
+    ).tag(config=True)
 
     aliases = {
         "config": "ControlPlane.config_file",
@@ -195,8 +210,10 @@ class ControlPlane(Application):
             token = secrets.token_urlsafe(32)
             identity, hub_oauth, prefix = StaticTokenIdentity(token, getpass.getuser(), (PERSONAL_TENANT,)), None, "/"
         else:
-            hub_oauth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)
-            identity = HubIdentity(hub_oauth, self.service_name)
+            # HubOAuth's cache_max_age is whole seconds and 0 means forever: HubIdentity skips it for 0
+            cache_max_age = max(1, math.ceil(self.auth_cache_seconds))
+            hub_oauth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=cache_max_age)
+            identity = HubIdentity(hub_oauth, self.service_name, cache_seconds=self.auth_cache_seconds)
             prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
         settings = Settings(
             fair_share_half_life_s=self.fair_share_half_life,
@@ -215,7 +232,7 @@ class ControlPlane(Application):
             settings=settings,
             hub_oauth=hub_oauth,
         )
-        app = build_app(ctx)
+        app = build_app(ctx, max_body_bytes=self.max_request_bytes)
         controller.start()
         host, port = sock.getsockname()[:2]
         url = f"http://{host}:{port}{prefix}"

@@ -62,9 +62,15 @@ class StaticTokenIdentity(Identity):
 
 
 class HubIdentity(Identity):
-    """Tokens checked against JupyterHub; groups looked up with the service's own token."""
+    """Tokens checked against JupyterHub; groups looked up with the service's own token.
 
-    def __init__(self, hub_auth: HubOAuth, service_name: str, cache_seconds: float = 30):
+    Both answers are reused for `cache_seconds` (ControlPlane.auth_cache_seconds, 5 s): a token
+    revoked on the hub, or a user removed from a group, loses access at most that long after.
+    The token's own cache is HubOAuth's (`cache_max_age`, set to the same period); 0 asks the
+    hub on every request. The cost is one hub API call per active token and one per active user
+    per period (measured in docs/security.md)."""
+
+    def __init__(self, hub_auth: HubOAuth, service_name: str, cache_seconds: float = 5):
         self.hub_auth = hub_auth
         self.service_name = service_name
         self.cache_seconds = cache_seconds
@@ -77,7 +83,7 @@ class HubIdentity(Identity):
 
     def principal(self, token: str) -> Principal:
         with self._lock:
-            model = self.hub_auth.user_for_token(token, sync=True) if token else None
+            model = self.hub_auth.user_for_token(token, use_cache=self.cache_seconds > 0, sync=True) if token else None
         if not model or model.get("kind", "user") != "user":
             raise Unauthenticated("invalid or expired JupyterHub token")
         scopes = frozenset(model.get("scopes", []))

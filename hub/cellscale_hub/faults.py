@@ -3,6 +3,7 @@
 | class            | examples                                                      | default budget |
 | ---------------- | ------------------------------------------------------------- | -------------- |
 | `user_error`     | an exception in the cell (the traceback is shown)             | 0: not retried |
+|                  | an --env too large for the OS to start the job with (E2BIG)   |                |
 | `infrastructure` | node failure, a rank killed, a lost or hung supervisor        | 3              |
 | `timeout`        | ran past `--time`                                             | 0              |
 | `preemption`     | stopped to make room for another job                          | unlimited      |

@@ -32,11 +32,17 @@ class Flavor(Strict):
     backend: str = Field(description="The backend whose GPUs this flavor names.")
 
 
+MAX_QUOTA_GPUS = 1_000_000
+"""The largest quota figure accepted: more GPUs than any fleet has, and far inside every store's integers."""
+
+
 class Quota(Strict):
-    nominal: int = Field(ge=0, description="GPUs guaranteed to this queue.")
-    borrowing_limit: int | None = Field(None, ge=0, description="Most GPUs it may borrow; absent: no limit.")
+    nominal: int = Field(ge=0, le=MAX_QUOTA_GPUS, description="GPUs guaranteed to this queue.")
+    borrowing_limit: int | None = Field(
+        None, ge=0, le=MAX_QUOTA_GPUS, description="Most GPUs it may borrow; absent: no limit."
+    )
     lending_limit: int | None = Field(
-        None, ge=0, description="Most of its nominal GPUs others may borrow; absent: all."
+        None, ge=0, le=MAX_QUOTA_GPUS, description="Most of its nominal GPUs others may borrow; absent: all."
     )
 
     @model_validator(mode="after")

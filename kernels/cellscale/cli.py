@@ -5,6 +5,11 @@ cellscale dev slurm up|down|status           a real multi-node Slurm dev cluster
 cellscale submit FILE [%%cluster options]    run a Python file as a job (follows it unless --detach)
 cellscale list [--scope mine|tenant|all]
 cellscale status ID | logs ID [-f] | cancel ID
+
+Arguments after FILE reach the %%cluster parser as the shell split them (`--env "MSG=hello
+world"` is one value). A refusal is one line on stderr, never a traceback: exit 2 for what the
+caller must change (a bad option, an unreadable file, a request the control plane refused),
+1 for a failure (the control plane unreachable or failing, a job that did not succeed).
 """
 
 from __future__ import annotations
@@ -14,10 +19,16 @@ import os
 import sys
 from pathlib import Path
 
+import httpx
+
 from cellscale.client import ApiError, Client
 from cellscale.display import TextView, status_line
-from cellscale.magicargs import MagicUsageError, parse_line
+from cellscale.magicargs import MagicUsageError, parse_args
 from cellscale.vocabulary import Phase
+
+
+class UsageError(Exception):
+    """Something the caller must change (exit 2)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,12 +43,29 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return args.run(args, rest)
-    except (ApiError, MagicUsageError, RuntimeError) as exc:
-        print(f"cellscale: {exc}", file=sys.stderr)
-        return 2
+    except (MagicUsageError, UsageError) as exc:
+        return _fail(str(exc), 2)
+    except ApiError as exc:
+        return _fail(str(exc), 2 if exc.status < 500 else 1)
+    except httpx.HTTPError as exc:
+        return _fail(f"cannot reach the control plane: {exc}", 1)
+    except RuntimeError as exc:
+        return _fail(str(exc), 1)
     except KeyboardInterrupt:
         print("\ncellscale: detached; the job keeps running", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `cellscale logs ID | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 141  # as a shell reports a process ended by SIGPIPE
+    except Exception as exc:  # a bug: still one line (CELLSCALE_DEBUG=1 shows the traceback)
+        if os.environ.get("CELLSCALE_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(exc).__name__}: {exc} (CELLSCALE_DEBUG=1 shows where)", 1)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"cellscale: {' '.join(message.split())}", file=sys.stderr)
+    return code
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("dev", help="dev clusters: cellscale dev slurm up|down|status")
     s = sub.add_parser("submit", help="run a Python file as a job; options as %%%%cluster")
     s.add_argument("file", type=Path)
+    s.add_argument("options", nargs=argparse.REMAINDER, help="%%%%cluster options, passed through as given")
     s.set_defaults(run=_submit)
     ls = sub.add_parser("list", help="your jobs (or your desk's)")
     ls.add_argument("--scope", choices=["mine", "tenant", "all"], default="mine")
@@ -62,8 +91,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _submit(args, rest: list[str]) -> int:
-    options = parse_line(" ".join(rest))
-    spec = options.to_spec(args.file.read_text())
+    options = parse_args([*args.options, *rest])
+    spec = options.to_spec(_source(args.file))
     if options.inputs:
         raise MagicUsageError("--inputs names notebook variables; a script reads its own data")
     client = Client.from_env()
@@ -81,6 +110,15 @@ def _submit(args, rest: list[str]) -> int:
     job = client.get(job.id)
     view.status(job)
     return 0 if job.phase is Phase.SUCCEEDED else 1
+
+
+def _source(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _list(args, _rest) -> int:

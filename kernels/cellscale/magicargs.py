@@ -120,10 +120,16 @@ PARSER = _parser()
 
 
 def parse_line(line: str) -> MagicArgs:
+    """The `%%cluster` line, split as a shell would (quotes keep `--env "MSG=hello world"` whole)."""
     try:
         argv = shlex.split(line)
     except ValueError as exc:
         raise MagicUsageError(f"cannot read the %%cluster line: {exc}") from None
+    return parse_args(argv)
+
+
+def parse_args(argv: list[str]) -> MagicArgs:
+    """`%%cluster` options already split into arguments (the command line's), taken as they are."""
     try:
         ns = PARSER.parse_args(argv)
     except argparse.ArgumentError as exc:

@@ -8,7 +8,9 @@ TypeScript types: nothing is written twice.
 from __future__ import annotations
 
 import keyword
+import os
 import re
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated
 
@@ -31,6 +33,32 @@ MAX_INPUTS_BYTES = 64 * 1024 * 1024
 """Largest pickled input bundle a job may carry (64 MiB). Ship bigger data by URL."""
 
 MAX_SOURCE_BYTES = 1024 * 1024
+"""Largest cell source (1 MiB)."""
+
+MAX_ENV_VARS = 256
+"""Most environment variables a job may set (--env)."""
+
+MAX_ENV_BYTES = 64 * 1024
+"""Most bytes of --env, every `KEY=VALUE` counted with its terminating NUL, as the OS counts it
+(64 KiB: well inside one exec's limits, MAX_ARG_STRLEN and ARG_MAX, on every Linux)."""
+
+MAX_NAMES = 256
+"""Most variables a job may ship in (--inputs) or bring back (--outputs)."""
+
+MAX_NAME_CHARS = 128
+"""Longest variable or environment variable name."""
+
+MAX_SAFE_INT = 2**53 - 1
+"""Largest integer every client reads exactly from JSON (JavaScript's Number.MAX_SAFE_INTEGER):
+the bound of the offsets and ids a client sends back (log offsets, event ids)."""
+
+MAX_ARG_STRLEN = 131072
+"""Linux: the longest one argument or `KEY=VALUE` environment string of an exec may be, NUL
+included; a longer one fails with E2BIG ("Argument list too long")."""
+
+EXEC_RESERVE_BYTES = 64 * 1024
+"""What an attempt adds to the job's --env when it starts its processes: cellscale's and the
+scheduler's variables, the inherited environment, the launcher's arguments."""
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -42,7 +70,13 @@ Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class ErrorBody(BaseModel):
+    """Every refusal of the control plane (4xx), validation errors included."""
+
+    detail: str = Field(description="One sentence: what was refused and what to change.")
 
 
 class Resources(Strict):
@@ -86,11 +120,26 @@ class JobSpec(Strict):
             "whose step does not advance for this long counts as hung (deadlocked in a collective): stopped, retried."
         ),
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for every rank.")
-    source: str = Field(..., description="The cell's Python source.")
-    input_names: list[str] = Field(default_factory=list, description="Names bound from the inputs bundle.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=MAX_ENV_VARS,
+        description=(
+            f"Extra environment variables for every rank: at most {MAX_ENV_VARS}, names of at most "
+            f"{MAX_NAME_CHARS} characters, {MAX_ENV_BYTES // 1024} KiB in all (each KEY=VALUE and its NUL)."
+        ),
+    )
+    source: str = Field(..., description=f"The cell's Python source ({MAX_SOURCE_BYTES // 2**20} MiB at most).")
+    input_names: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_NAMES,
+        description=f"Names bound from the inputs bundle (at most {MAX_NAMES}, {MAX_NAME_CHARS} characters each).",
+    )
     inputs_sha256: Sha256 | None = Field(None, description="Content address of the uploaded inputs bundle.")
-    outputs: list[str] = Field(default_factory=list, description="Variables returned from rank 0.")
+    outputs: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_NAMES,
+        description=f"Variables returned from rank 0 (at most {MAX_NAMES}, {MAX_NAME_CHARS} characters each).",
+    )
 
     @field_validator("source")
     @classmethod
@@ -105,6 +154,8 @@ class JobSpec(Strict):
     @classmethod
     def _identifiers(cls, names: list[str]) -> list[str]:
         for name in names:
+            if len(name) > MAX_NAME_CHARS:
+                raise ValueError(f"{name[:20]!r}... is longer than {MAX_NAME_CHARS} characters")
             if not _IDENT.match(name) or keyword.iskeyword(name):
                 raise ValueError(f"{name!r} is not a Python variable name")
         if len(set(names)) != len(names):
@@ -115,12 +166,22 @@ class JobSpec(Strict):
     @classmethod
     def _env_keys(cls, env: dict[str, str]) -> dict[str, str]:
         for key, value in env.items():
+            if len(key) > MAX_NAME_CHARS:
+                raise ValueError(
+                    f"environment variable name {key[:20]!r}... is longer than {MAX_NAME_CHARS} characters"
+                )
             if not _ENV_KEY.match(key):
                 raise ValueError(f"environment variable name {key!r} is invalid (letters, digits, _)")
             if key.startswith(_RESERVED_ENV_PREFIXES):
                 raise ValueError(f"environment variable {key!r} is set by cellscale itself; pick another name")
             if "\0" in value or "\n" in value:
                 raise ValueError(f"environment variable {key!r} contains a newline or NUL")
+        size = env_bytes(env)
+        if size > MAX_ENV_BYTES:
+            raise ValueError(
+                f"the environment is {size} bytes, more than {MAX_ENV_BYTES // 1024} KiB; "
+                "ship large values as a file or with --inputs"
+            )
         return env
 
     @model_validator(mode="after")
@@ -134,6 +195,52 @@ class JobSpec(Strict):
 
 class SubmitRequest(Strict):
     spec: JobSpec
+
+
+def env_bytes(env: Mapping[str, str]) -> int:
+    """What `env` weighs in an exec: every `KEY=VALUE` in UTF-8 with its terminating NUL."""
+    return sum(
+        len(key.encode(errors="surrogatepass")) + len(value.encode(errors="surrogatepass")) + 2
+        for key, value in env.items()
+    )
+
+
+def exec_limit() -> int:
+    """ARG_MAX of this OS: the most bytes of arguments and environment one exec may carry."""
+    try:
+        limit = os.sysconf("SC_ARG_MAX")
+    except (AttributeError, ValueError, OSError):
+        limit = -1
+    return limit if limit > 0 else 2 * 2**20
+
+
+def exec_refusal(
+    env: Mapping[str, str], argv: Sequence[str] = (), arg_max: int | None = None, reserve: int = EXEC_RESERVE_BYTES
+) -> str | None:
+    """Why the OS would refuse (E2BIG) to start a job's processes with this --env and these
+    arguments, in one sentence that names --env; None if they fit. Each string must stay within
+    MAX_ARG_STRLEN, and all of them (a pointer each, plus `reserve` for what the attempt adds)
+    within ARG_MAX."""
+    for key, value in env.items():
+        size = len(key.encode(errors="surrogatepass")) + len(value.encode(errors="surrogatepass")) + 2
+        if size > MAX_ARG_STRLEN:
+            return (
+                f"--env {key}: {size} bytes, more than the {MAX_ARG_STRLEN} bytes the OS allows one variable "
+                "(Argument list too long); ship large values as a file or with --inputs"
+            )
+    for arg in argv:
+        if len(arg.encode(errors="surrogatepass")) + 1 > MAX_ARG_STRLEN:
+            return f"an argument is longer than the {MAX_ARG_STRLEN} bytes the OS allows one (Argument list too long)"
+    limit = exec_limit() if arg_max is None else arg_max
+    pointer = 8
+    total = env_bytes(env) + pointer * len(env) + sum(len(a.encode(errors="surrogatepass")) + 1 + pointer for a in argv)
+    if total + reserve > limit:
+        return (
+            f"--env and the job's arguments take {total} bytes; with the {reserve // 1024} KiB an attempt adds that "
+            f"is more than the {limit} bytes this OS lets one process start with (ARG_MAX, Argument list too long): "
+            "set fewer or smaller --env variables"
+        )
+    return None
 
 
 class AttemptView(BaseModel):

@@ -99,6 +99,7 @@ class ExitReason(StrEnum):
     USER_ERROR = "user_error"  # a rank raised an exception in the cell (error.json has it)
     FAILED = "failed"  # a rank died without a Python exception: killed, OOM, segfault
     LAUNCH_FAILED = "launch_failed"  # the launcher could not be started
+    INPUT_REFUSED = "input_refused"  # the OS refused the job's own input when starting it (E2BIG: --env too large)
 
     @property
     def fault(self) -> Fault | None:
@@ -112,6 +113,7 @@ _EXIT_FAULTS = {
     ExitReason.PREEMPTED: Fault.PREEMPTION,
     ExitReason.FAILED: Fault.INFRASTRUCTURE,
     ExitReason.LAUNCH_FAILED: Fault.INFRASTRUCTURE,
+    ExitReason.INPUT_REFUSED: Fault.USER_ERROR,  # retrying cannot help: the job's input must change
 }
 
 

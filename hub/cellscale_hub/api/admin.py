@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 from cellscale.spec import QueueUsage
 from cellscale_hub.api.context import Context, context, presented_token, principal
+from cellscale_hub.api.csrf import csrf_token
+from cellscale_hub.api.errors import refusals
 from cellscale_hub.auth import Principal, Unauthenticated
 from cellscale_hub.drivers import flavor_capacities
 from cellscale_hub.store import usage
@@ -79,7 +81,7 @@ class AuditView(BaseModel):
 
 
 def routes(router: APIRouter) -> None:
-    @router.get("/admin/tenancy", response_model=TenancyView)
+    @router.get("/admin/tenancy", response_model=TenancyView, responses=refusals(401, 403))
     def tenancy_view(who: Admin, ctx: Ctx) -> TenancyView:
         t = ctx.tenancy.current
         with ctx.store.session() as session:
@@ -92,7 +94,11 @@ def routes(router: APIRouter) -> None:
             preemption_grace_s=ctx.settings.preemption_grace_s,
         )
 
-    @router.put("/admin/cluster-queues/{name}/quotas/{flavor}", response_model=TenancyView)
+    @router.put(
+        "/admin/cluster-queues/{name}/quotas/{flavor}",
+        response_model=TenancyView,
+        responses=refusals(401, 403, 404, 413, 422),
+    )
     def set_quota(name: str, flavor: str, body: QuotaUpdate, who: Admin, ctx: Ctx) -> TenancyView:
         def edit(doc: dict):
             queue = _lookup(doc["cluster_queues"], name, "cluster queue")
@@ -105,19 +111,21 @@ def routes(router: APIRouter) -> None:
         _change(ctx, who, "set-quota", f"cluster_queues/{name}/quotas/{flavor}", edit)
         return tenancy_view(who, ctx)
 
-    @router.put("/admin/cluster-queues/{name}/weight", response_model=TenancyView)
+    @router.put(
+        "/admin/cluster-queues/{name}/weight", response_model=TenancyView, responses=refusals(401, 403, 404, 413, 422)
+    )
     def set_queue_weight(name: str, body: WeightUpdate, who: Admin, ctx: Ctx) -> TenancyView:
         _change(
             ctx, who, "set-weight", f"cluster_queues/{name}/weight", _set_weight("cluster_queues", name, body.weight)
         )
         return tenancy_view(who, ctx)
 
-    @router.put("/admin/cohorts/{name}/weight", response_model=TenancyView)
+    @router.put("/admin/cohorts/{name}/weight", response_model=TenancyView, responses=refusals(401, 403, 404, 413, 422))
     def set_cohort_weight(name: str, body: WeightUpdate, who: Admin, ctx: Ctx) -> TenancyView:
         _change(ctx, who, "set-weight", f"cohorts/{name}/weight", _set_weight("cohorts", name, body.weight))
         return tenancy_view(who, ctx)
 
-    @router.get("/admin/nodes", response_model=list[NodeFaults])
+    @router.get("/admin/nodes", response_model=list[NodeFaults], responses=refusals(401, 403, 422))
     def node_faults(who: Admin, ctx: Ctx, days: Annotated[int, Query(ge=1, le=90)] = 7) -> list[NodeFaults]:
         """Nodes blamed for jobs' infrastructure faults, most faults first."""
         with ctx.store.session() as session:
@@ -133,7 +141,7 @@ def routes(router: APIRouter) -> None:
             for node, hits in sorted(found.items(), key=lambda item: (-len(item[1]), item[0]))
         ]
 
-    @router.get("/admin/audit", response_model=list[AuditView])
+    @router.get("/admin/audit", response_model=list[AuditView], responses=refusals(401, 403, 422))
     def audit(who: Admin, ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> list[AuditView]:
         return [AuditView.model_validate(e, from_attributes=True) for e in ctx.tenancy.audit(limit)]
 
@@ -154,12 +162,17 @@ def page(prefix: str) -> APIRouter:
             return RedirectResponse(f"{prefix}/login?next={prefix}/admin", status_code=302)
         if not who.admin:
             return HTMLResponse("<h1>403</h1><p>The cellscale admin page is for hub admins.</p>", status_code=403)
-        html = (STATIC / "admin.html").read_text().replace("{{PREFIX}}", prefix)
+        # the page's anti-CSRF token (api/csrf.py): its script sends it with every change
+        html = (STATIC / "admin.html").read_text().replace("{{PREFIX}}", prefix).replace("{{CSRF}}", csrf_token(token))
         return HTMLResponse(
             html,
             headers={
-                "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'",
+                # frame-ancestors: no page of another origin (another port of this host included) may
+                # frame this one and have an admin click on it
+                "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                "frame-ancestors 'self'",
                 "Cache-Control": "no-store",
+                "Referrer-Policy": "same-origin",
             },
         )
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fastapi import Depends, HTTPException, Request
 
+from cellscale_hub.api import csrf
 from cellscale_hub.auth import Identity, Principal, Unauthenticated
 from cellscale_hub.drivers import Driver
 from cellscale_hub.store import Store
@@ -49,17 +50,26 @@ def context(request: Request) -> Context:
 
 
 def presented_token(request: Request) -> str | None:
+    return presented(request)[0]
+
+
+def presented(request: Request) -> tuple[str | None, bool]:
+    """The caller's token, and whether it came from the browser's sign-in cookie (rather than
+    an Authorization header, which a browser never adds on its own)."""
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
-    if scheme.lower() in ("token", "bearer") and value:
-        return value.strip()
-    return request.cookies.get(OAUTH_COOKIE)
+    if scheme.lower() in ("token", "bearer") and value.strip():
+        return value.strip(), False
+    cookie = request.cookies.get(OAUTH_COOKIE)
+    return cookie, bool(cookie)
 
 
 def principal(request: Request, ctx: Context = Depends(context)) -> Principal:
-    token = presented_token(request)
+    token, from_cookie = presented(request)
     if not token:
         raise HTTPException(401, "authentication required: send a JupyterHub API token (Authorization: token ...)")
+    if from_cookie:
+        csrf.check(request, token)  # a change signed in by the cookie must come from our own page
     try:
         who = ctx.identity.principal(token)
     except Unauthenticated as exc:

@@ -51,6 +51,10 @@ def router(prefix: str) -> APIRouter:
         token = hub.token_for_code(code, sync=True)
         response = RedirectResponse(next_url, status_code=302)
         response.delete_cookie(STATE_COOKIE, path=prefix)
+        # Lax, not Strict: Strict is never sent along a redirect chain that began on another site
+        # (a link to the admin page from a wiki), so that sign-in would loop through the hub until
+        # the browser gives up; and it would not stop a page on another port of this host (the
+        # same site). What stops forged changes is api/csrf.py (docs/security.md).
         response.set_cookie(OAUTH_COOKIE, token, httponly=True, samesite="lax", path=prefix)
         return response
 

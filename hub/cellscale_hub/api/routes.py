@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
@@ -11,6 +12,7 @@ from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
 from cellscale.spec import (
     MAX_INPUTS_BYTES,
+    MAX_SAFE_INT,
     BackendView,
     BundleRef,
     CheckpointView,
@@ -23,11 +25,13 @@ from cellscale.spec import (
     RenderView,
     SubmitRequest,
     WhoAmI,
+    exec_refusal,
 )
 from cellscale.vocabulary import EventKind, EventReason, Phase
 from cellscale_hub.api import admin, logs, oauth
 from cellscale_hub.api.context import Context, context, require
-from cellscale_hub.api.errors import install_error_handlers
+from cellscale_hub.api.edge import DEFAULT_MAX_BODY_BYTES, InputEdge
+from cellscale_hub.api.errors import install_error_handlers, refusals
 from cellscale_hub.auth import SCOPE_READ, SCOPE_SUBMIT, Principal
 from cellscale_hub.drivers import AttemptRef, Driver
 from cellscale_hub.placement import NoTenant, Placement, Refused, place
@@ -41,8 +45,13 @@ Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
 Submitter = Annotated[Principal, Depends(require(SCOPE_SUBMIT))]
 Ctx = Annotated[Context, Depends(context)]
 
+JOB_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+"""What a job id can look like; anything else is not looked up."""
 
-def build_app(ctx: Context) -> FastAPI:
+
+def build_app(ctx: Context, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+    """The API, behind the input edge (api/edge.py): JSON bodies up to `max_body_bytes`, an
+    inputs bundle up to MAX_INPUTS_BYTES."""
     prefix = ctx.prefix.rstrip("/")
     app = FastAPI(
         title="cellscale control plane",
@@ -52,6 +61,9 @@ def build_app(ctx: Context) -> FastAPI:
         redoc_url=None,
     )
     install_error_handlers(app)
+    bundles = f"{prefix}/api/bundles"
+    too_large = f"inputs are larger than {MAX_INPUTS_BYTES // 2**20} MiB; ship big data by URL"
+    app.add_middleware(InputEdge, max_body_bytes=max_body_bytes, raw={bundles: (MAX_INPUTS_BYTES, too_large)})
     app.state.ctx = ctx
     router = APIRouter(prefix=f"{prefix}/api")
     _job_routes(router)
@@ -63,7 +75,7 @@ def build_app(ctx: Context) -> FastAPI:
 
 
 def visible_job(session, job_id: str, who: Principal) -> Job:
-    job = session.get(Job, job_id)
+    job = session.get(Job, job_id) if JOB_ID.match(job_id) else None
     if job is None or not (who.admin or job.owner == who.user or job.tenant in who.tenants):
         raise HTTPException(404, f"no job {job_id} visible to you")
     return job
@@ -81,12 +93,12 @@ def _job_routes(router: APIRouter) -> None:
     def health() -> dict:
         return {"status": "ok"}
 
-    @router.get("/whoami", response_model=WhoAmI)
+    @router.get("/whoami", response_model=WhoAmI, responses=refusals(401, 403))
     def whoami(who: Reader, ctx: Ctx) -> WhoAmI:
         queues = sorted(ctx.tenancy.current.tenants[who.tenant].queues) if who.tenant else []
         return WhoAmI(user=who.user, tenant=who.tenant, tenants=list(who.tenants), queues=queues, admin=who.admin)
 
-    @router.get("/quota", response_model=list[QueueUsage])
+    @router.get("/quota", response_model=list[QueueUsage], responses=refusals(401, 403))
     def desk_quota(who: Reader, ctx: Ctx) -> list[QueueUsage]:
         """The quota of the cluster queues your desks submit to: used, borrowed, waiting."""
         tenancy = ctx.tenancy.current
@@ -94,11 +106,11 @@ def _job_routes(router: APIRouter) -> None:
         with ctx.store.session() as session:
             return usage.queue_usage(session, tenancy, utcnow(), ctx.settings.fair_share_half_life_s, only=mine)
 
-    @router.get("/backends", response_model=list[BackendView])
+    @router.get("/backends", response_model=list[BackendView], responses=refusals(401, 403))
     def backends(who: Reader, ctx: Ctx) -> list[BackendView]:
         return [driver.capacity() for driver in ctx.drivers.values()]
 
-    @router.post("/bundles", response_model=BundleRef, status_code=201)
+    @router.post("/bundles", response_model=BundleRef, status_code=201, responses=refusals(401, 403, 413))
     async def upload_bundle(request: Request, who: Submitter, ctx: Ctx) -> BundleRef:
         """Store a job's pickled inputs, content-addressed. The bytes are never unpickled here."""
         data = bytearray()
@@ -120,7 +132,10 @@ def _job_routes(router: APIRouter) -> None:
         "/jobs",
         response_model=JobView,
         status_code=201,
-        responses={200: {"model": JobView, "description": "an earlier submit with the same key"}},
+        responses={
+            200: {"model": JobView, "description": "an earlier submit with the same key"},
+            **refusals(401, 403, 409, 413, 422),
+        },
     )
     def submit(
         body: SubmitRequest,
@@ -158,7 +173,7 @@ def _job_routes(router: APIRouter) -> None:
         ctx.wake()
         return JSONResponse(view.model_dump(mode="json"), status_code=201 if created else 200)
 
-    @router.post("/render", response_model=RenderView)
+    @router.post("/render", response_model=RenderView, responses=refusals(401, 403, 413, 422))
     def render(body: SubmitRequest, who: Submitter, ctx: Ctx) -> RenderView:
         """The dry run: the exact script the backend would run, without submitting."""
         where = _placement(ctx, who, body.spec)
@@ -175,15 +190,15 @@ def _job_routes(router: APIRouter) -> None:
         )
         return RenderView(backend=driver.name, script=driver.render(ref))
 
-    @router.get("/jobs", response_model=JobPage)
+    @router.get("/jobs", response_model=JobPage, responses=refusals(400, 401, 403, 422))
     def list_jobs(
         who: Reader,
         ctx: Ctx,
         scope: Annotated[str, Query(pattern="^(mine|tenant|all)$")] = "mine",
         phase: Phase | None = None,
-        name: str | None = None,
+        name: Annotated[str | None, Query(max_length=200, pattern=r"^[^\x00-\x1f]*$")] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        cursor: str | None = None,
+        cursor: Annotated[str | None, Query(max_length=200)] = None,
     ) -> JobPage:
         if scope == "all" and not who.admin:
             raise HTTPException(403, "scope=all is for admins; use scope=mine or scope=tenant")
@@ -198,12 +213,12 @@ def _job_routes(router: APIRouter) -> None:
                 raise HTTPException(400, str(exc)) from exc
             return JobPage(items=[q.job_view(job) for job in rows], next_cursor=next_cursor)
 
-    @router.get("/jobs/{job_id}", response_model=JobView)
+    @router.get("/jobs/{job_id}", response_model=JobView, responses=refusals(401, 403, 404, 422))
     def get_job(job_id: str, who: Reader, ctx: Ctx) -> JobView:
         with ctx.store.session() as session:
             return q.job_view(visible_job(session, job_id, who))
 
-    @router.post("/jobs/{job_id}/cancel", response_model=JobView)
+    @router.post("/jobs/{job_id}/cancel", response_model=JobView, responses=refusals(401, 403, 404, 422))
     def cancel(job_id: str, who: Submitter, ctx: Ctx) -> JobView:
         with ctx.store.session() as session:
             job = owned_job(session, job_id, who)
@@ -223,21 +238,28 @@ def _job_routes(router: APIRouter) -> None:
         ctx.wake()
         return view
 
-    @router.get("/jobs/{job_id}/events", response_model=list[EventView])
-    def events(job_id: str, who: Reader, ctx: Ctx, after: int = 0) -> list[EventView]:
+    @router.get("/jobs/{job_id}/events", response_model=list[EventView], responses=refusals(401, 403, 404, 422))
+    def events(
+        job_id: str, who: Reader, ctx: Ctx, after: Annotated[int, Query(ge=0, le=MAX_SAFE_INT)] = 0
+    ) -> list[EventView]:
         with ctx.store.session() as session:
             visible_job(session, job_id, who)
             return [q.event_view(e) for e in q.events_of(session, job_id, after)]
 
-    @router.get("/jobs/{job_id}/logs", response_model=LogChunk, responses={200: {"content": {"text/event-stream": {}}}})
+    @router.get(
+        "/jobs/{job_id}/logs",
+        response_model=LogChunk,
+        responses={200: {"content": {"text/event-stream": {}}}, **refusals(401, 403, 404, 422, 503)},
+    )
     def job_logs(
         job_id: str,
         who: Reader,
         ctx: Ctx,
         request: Request,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_SAFE_INT)] = 0,
         follow: bool = False,
         max_bytes: Annotated[int, Query(ge=1, le=4 * 2**20)] = 2**20,
+        last_event_id: Annotated[int | None, Header(ge=0, le=MAX_SAFE_INT)] = None,
     ):
         """The combined rank-prefixed log from a byte offset. `follow=true` streams server-sent
         events (each with its next offset as id; reconnect with Last-Event-ID to resume)."""
@@ -245,15 +267,15 @@ def _job_routes(router: APIRouter) -> None:
             driver = _driver(ctx, visible_job(session, job_id, who).backend)
         if not follow:
             return logs.read_chunk(ctx, driver, job_id, offset, max_bytes)
-        resume = request.headers.get("last-event-id")
-        start = int(resume) if resume and resume.isdigit() else offset
         return StreamingResponse(
-            logs.follow(ctx, driver, job_id, start, request),
+            logs.follow(ctx, driver, job_id, offset if last_event_id is None else last_event_id, request),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    @router.get("/jobs/{job_id}/checkpoints", response_model=list[CheckpointView])
+    @router.get(
+        "/jobs/{job_id}/checkpoints", response_model=list[CheckpointView], responses=refusals(401, 403, 404, 422, 503)
+    )
     def checkpoints(job_id: str, who: Reader, ctx: Ctx) -> list[CheckpointView]:
         """Checkpoints the job committed, newest first, across its attempts."""
         with ctx.store.session() as session:
@@ -265,7 +287,10 @@ def _job_routes(router: APIRouter) -> None:
             reverse=True,
         )
 
-    @router.get("/jobs/{job_id}/result", responses={200: {"content": {"application/octet-stream": {}}}})
+    @router.get(
+        "/jobs/{job_id}/result",
+        responses={200: {"content": {"application/octet-stream": {}}}, **refusals(401, 403, 404, 422, 503)},
+    )
     def result(job_id: str, who: Reader, ctx: Ctx) -> Response:
         """Rank 0's outputs, pickled by the job. Returned as bytes; only the kernel unpickles them."""
         with ctx.store.session() as session:
@@ -277,7 +302,7 @@ def _job_routes(router: APIRouter) -> None:
                 )
         return FileResponse(path, media_type="application/octet-stream")
 
-    @router.get("/jobs/{job_id}/render", response_model=RenderView)
+    @router.get("/jobs/{job_id}/render", response_model=RenderView, responses=refusals(401, 403, 404, 409, 422, 503))
     def render_job(job_id: str, who: Reader, ctx: Ctx) -> RenderView:
         with ctx.store.session() as session:
             job = visible_job(session, job_id, who)
@@ -301,10 +326,15 @@ def _driver(ctx: Context, backend: str) -> Driver:
 
 
 def _placement(ctx: Context, who: Principal, spec: JobSpec) -> Placement:
-    """Where the job goes (placement.place), its refusals as HTTP errors."""
+    """Where the job goes (placement.place), its refusals as HTTP errors; an --env the OS would
+    not start the job's processes with (E2BIG) is refused here, not found out by a failed attempt."""
     try:
-        return place(ctx.tenancy.current, ctx.drivers, who, spec)
+        where = place(ctx.tenancy.current, ctx.drivers, who, spec)
     except NoTenant as exc:
         raise HTTPException(403, str(exc)) from exc
     except Refused as exc:
         raise HTTPException(422, str(exc)) from exc
+    refusal = exec_refusal(where.spec.env)
+    if refusal:
+        raise HTTPException(422, refusal)
+    return where

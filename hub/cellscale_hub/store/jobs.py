@@ -5,8 +5,9 @@ transaction."""
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -16,6 +17,9 @@ from cellscale.spec import AttemptView, EventView, JobSpec, JobView, PendingView
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, ACTIVE_PHASES, EventKind, EventReason, Phase
 from cellscale_hub.lifecycle import check_transition
 from cellscale_hub.store.models import Attempt, Event, Job, utcnow
+
+MAX_ID = 2**31 - 1
+"""The largest integer id (an Integer column: 32 bits on PostgreSQL)."""
 
 
 class IdempotencyConflict(ValueError):
@@ -171,14 +175,23 @@ def encode_cursor(job: Job) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """A cursor's position; ValueError for one this server did not return (its date must be
+    an aware one that UTC can express, its job id one a job can have)."""
     try:
         at, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
-        return datetime.fromisoformat(at), job_id
-    except ValueError as exc:
+        when = datetime.fromisoformat(at)
+        if when.tzinfo is None or not _CURSOR_JOB_ID.match(job_id):
+            raise ValueError(cursor)
+        return when.astimezone(UTC), job_id
+    except (ValueError, OverflowError) as exc:
         raise ValueError("cursor is not one this server returned") from exc
 
 
+_CURSOR_JOB_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
 def events_of(session: Session, job_id: str, after: int = 0) -> list[Event]:
+    after = min(after, MAX_ID)  # no id is larger; PostgreSQL refuses a larger bound for its column
     query = select(Event).where(Event.job_id == job_id, Event.id > after).order_by(Event.id)
     return list(session.scalars(query))
 

@@ -9,6 +9,7 @@ the exit record that the control plane reads.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import signal
@@ -89,8 +90,8 @@ class Supervisor:
         threading.Thread(target=self._heartbeat, daemon=True).start()
         try:
             record = self._launch(log_fd)
-        except Exception as exc:  # the launcher could not start: an infrastructure fault
-            record = ExitRecord(code=127, reason=ExitReason.LAUNCH_FAILED, message=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # the launcher could not start
+            record = launch_failure(exc)
         self.done.set()
         os.write(
             log_fd,
@@ -196,6 +197,20 @@ class Supervisor:
             beat = Heartbeat(at=time.time(), pid=os.getpid(), step=self.job.read_step(self.attempt))
             self.job.write_heartbeat(self.attempt, self.node, beat)
             self.done.wait(HEARTBEAT_SECONDS)
+
+
+def launch_failure(exc: Exception) -> ExitRecord:
+    """The exit record of a launcher that could not start: the job's own fault when the OS
+    refused its input (E2BIG: its --env or arguments are too large for one exec), so no
+    retry is spent on it; else an infrastructure fault."""
+    if isinstance(exc, OSError) and exc.errno == errno.E2BIG:
+        return ExitRecord(
+            code=127,
+            reason=ExitReason.INPUT_REFUSED,
+            message="the OS refused to start the job: its environment or arguments are too large "
+            "(Argument list too long); set fewer or smaller --env variables",
+        )
+    return ExitRecord(code=127, reason=ExitReason.LAUNCH_FAILED, message=f"{type(exc).__name__}: {exc}")
 
 
 @contextmanager

@@ -2,8 +2,11 @@
 // and weights with PUTs. Text goes in with textContent only: nothing is parsed as HTML.
 "use strict";
 const PREFIX = document.body.dataset.prefix;
-const api = (path, options = {}) =>
-  fetch(`${PREFIX}/api/admin/${path}`, { credentials: "same-origin", ...options }).then(async (r) => {
+// The page's anti-CSRF token: the control plane refuses a change signed in by the cookie without it.
+const CSRF = document.querySelector('meta[name="cellscale-csrf"]').content;
+const api = (path, { headers = {}, ...options } = {}) =>
+  fetch(`${PREFIX}/api/admin/${path}`,
+    { credentials: "same-origin", headers: { "X-CSRF-Token": CSRF, ...headers }, ...options }).then(async (r) => {
     const body = await r.json().catch(() => ({}));
     if (!r.ok) throw new Error(explain(body.detail) || `${r.status} ${r.statusText}`);
     return body;

@@ -1,0 +1,92 @@
+"""The command line: arguments reach the %%cluster parser as the shell split them, and every
+refusal is one line on stderr with exit 2 (change the request) or 1 (a failure), never a traceback."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from cellscale import cli
+from cellscale.client import ApiError
+from cellscale.spec import RenderView
+
+
+class FakeClient:
+    def __init__(self, error: Exception | None = None):
+        self.error = error
+        self.specs = []
+
+    def render(self, spec):
+        self.specs.append(spec)
+        return RenderView(backend="local", script="#!/bin/sh\n")
+
+    def get(self, job_id):
+        raise self.error
+
+    def list(self, **_):
+        raise self.error
+
+
+@pytest.fixture
+def client(monkeypatch):
+    fake = FakeClient()
+    monkeypatch.setattr(cli.Client, "from_env", classmethod(lambda cls: fake))
+    return fake
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_arguments_pass_through_unsplit(tmp_path, client, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    argv = ["submit", str(script), "--env", "MSG=hello world", '--env=QUOTE=it\'s "x"', "--name", "a-b", "--dry-run"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and err == "" and out == "#!/bin/sh\n"
+    assert client.specs[0].env == {"MSG": "hello world", "QUOTE": 'it\'s "x"'} and client.specs[0].name == "a-b"
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (None, "cannot read {path}: No such file or directory"),
+        (b"print('caf\xe9')\n", "{path} is not UTF-8 text (byte 10); save it as UTF-8"),
+    ],
+    ids=["missing file", "non-UTF-8 file"],
+)
+def test_an_unreadable_file_is_one_line(tmp_path, client, capsys, content, words):
+    path = tmp_path / "train.py"
+    if content is not None:
+        path.write_bytes(content)
+    code, out, err = run(capsys, "submit", str(path), "--dry-run")
+    assert code == 2 and out == "" and err == f"cellscale: {words.format(path=path)}\n"
+
+
+@pytest.mark.parametrize(
+    "error, code, words",
+    [
+        (ApiError(404, "no job cs-x visible to you"), 2, "cellscale: no job cs-x visible to you"),
+        (ApiError(503, "backend 'slurm' is not configured\non this control plane"), 1, "backend 'slurm' is not"),
+        (httpx.ConnectError("[Errno 111] Connection refused"), 1, "cannot reach the control plane: [Errno 111]"),
+        (RuntimeError("the personal control plane did not start"), 1, "the personal control plane did not start"),
+        (KeyError("phase"), 1, "cellscale: internal error: KeyError: 'phase' (CELLSCALE_DEBUG=1 shows where)"),
+    ],
+    ids=["refused", "server error", "unreachable", "personal plane", "a bug"],
+)
+def test_errors_are_one_line_without_a_traceback(client, capsys, error, code, words):
+    client.error = error
+    status, out, err = run(capsys, "status", "cs-x")
+    assert status == code and out == "" and words in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_bad_option_says_what_to_change(tmp_path, client, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    code, _, err = run(capsys, "submit", str(script), "--gpu", "2")
+    assert code == 2 and "did you mean --gpus?" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "submit", str(script), "--env", "X=" + "v" * 70_000, "--dry-run")
+    assert code == 2 and err.startswith("cellscale: --env: the environment is 70003 bytes")
