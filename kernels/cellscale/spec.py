@@ -31,6 +31,8 @@ MAX_INPUTS_BYTES = 64 * 1024 * 1024
 """Largest pickled input bundle a job may carry (64 MiB). Ship bigger data by URL."""
 
 MAX_SOURCE_BYTES = 1024 * 1024
+RESULT_TAG_HEADER = "X-Cellscale-Result-Tag"
+"""The response header of GET /api/jobs/ID/result carrying the job's HMAC of its outputs."""
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -39,6 +41,7 @@ _RESERVED_ENV_PREFIXES = ("CELLSCALE_", "SLURM_", "CUDA_VISIBLE_DEVICES", "RANK"
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 QueueName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+ResultKey = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class Strict(BaseModel):
@@ -134,6 +137,11 @@ class JobSpec(Strict):
 
 class SubmitRequest(Strict):
     spec: JobSpec
+    result_key: ResultKey | None = Field(
+        None,
+        description="A secret the job signs its outputs with (HMAC-SHA256, 64 hex digits), chosen by the client, "
+        "which checks the signature before it unpickles them. Kept by the control plane, never shown in a view.",
+    )
 
 
 class AttemptView(BaseModel):
@@ -245,6 +253,14 @@ class LogChunk(BaseModel):
 class BundleRef(BaseModel):
     sha256: Sha256
     size: int
+
+
+class BundleShare(Strict):
+    """Whom to share one of your input bundles with."""
+
+    user: Annotated[str, StringConstraints(pattern=r"^[^/\x00-\x1f]{1,255}$")] = Field(
+        description="The JupyterHub user name whose jobs may then use the bundle."
+    )
 
 
 class BackendView(BaseModel):

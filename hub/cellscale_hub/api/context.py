@@ -11,6 +11,7 @@ from pathlib import Path
 from fastapi import Depends, HTTPException, Request
 
 from cellscale_hub.auth import Identity, Principal, Unauthenticated
+from cellscale_hub.bundles import BundleStore
 from cellscale_hub.drivers import Driver
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
@@ -35,7 +36,7 @@ class Context:
     tenancy: TenancyBook
     identity: Identity
     jobs_root: Path
-    bundles_root: Path
+    bundles: BundleStore
     prefix: str
     settings: Settings = Settings()
     hub_oauth: object | None = None
