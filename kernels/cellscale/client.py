@@ -175,7 +175,12 @@ class Client:
                 f"job {job_id}'s outputs were not unpickled: this machine has no result key for it (it was "
                 "submitted by another user or from another machine); Client.result_bytes() returns the raw bytes"
             )
-        if tag is None or not hmac.compare_digest(sign(key.encode(), data), tag):
+        if tag is None:
+            raise ResultUnverified(
+                f"job {job_id}'s outputs were not unpickled: the job did not sign them (its nodes run a cellscale "
+                "older than this kernel's?); Client.result_bytes() returns the raw bytes"
+            )
+        if not hmac.compare_digest(sign(key.encode(), data), tag):
             raise ResultUnverified(
                 f"job {job_id}'s outputs were not unpickled: their signature does not match the key this kernel "
                 "chose, so something other than the job wrote them"
