@@ -1,6 +1,7 @@
 # JupyterHub on the embedded default: the cellscale control plane as a managed service,
 # demo desks (groups) and users sharing one documented password, user servers as local
-# processes. Start it with scripts/demo (or `jupyterhub -f config/jupyterhub_config.py`).
+# processes of each user's own Unix identity. Start it with scripts/demo (or
+# `jupyterhub -f config/jupyterhub_config.py`).
 import os
 import sys
 from pathlib import Path
@@ -46,10 +47,27 @@ c.Authenticator.admin_users = {"admin"}
 c.JupyterHub.load_groups = {desk: {"users": users} for desk, users in DESKS.items()}
 
 # User servers: local processes; a user's kernels call the control plane as that user.
-c.JupyterHub.spawner_class = "simple"
-c.SimpleLocalProcessSpawner.home_dir_template = str(state / "homes" / "{username}")
+# As root (the production shape, and scripts/demo), each server runs as the user's own Unix
+# identity in their private home (LocalProcessSpawner; `cellscale dev users` creates the demo
+# users), and the control plane runs local jobs as their owners too: the OS keeps users apart.
+# Not root: every server and job shares this one Unix user (SINGLE-USER MODE: not for a
+# machine shared by several people).
+if os.getuid() == 0:
+    from cellscale_hub.dev.users import ensure_users, share_python
+
+    ensure_users(sorted(c.Authenticator.allowed_users | c.Authenticator.admin_users))  # idempotent
+    share_python()
+    c.JupyterHub.spawner_class = "localprocess"
+else:
+    print(
+        "cellscale demo: SINGLE-USER MODE (the hub is not root): every user's server and job runs as "
+        f"Unix user {os.environ.get('USER', os.getuid())} and can read the others' files. Run the hub as root "
+        "for users kept apart by the OS.",
+        file=sys.stderr,
+    )
+    c.JupyterHub.spawner_class = "simple"
+    c.SimpleLocalProcessSpawner.home_dir_template = str(state / "homes" / "{username}")
 c.Spawner.default_url = "/lab"
-c.Spawner.args = ["--allow-root"] if os.getuid() == 0 else []
 c.Spawner.cmd = [str(Path(sys.executable).with_name("jupyterhub-singleuser"))]
 c.Spawner.environment = {"CELLSCALE_URL": f"{SERVICE_URL}/services/{SERVICE}/"}
 c.Spawner.server_token_scopes = ["access:servers!server", "users:activity!user", *USER_SCOPES]

@@ -26,6 +26,7 @@ from traitlets.config import Application
 from cellscale_hub.api import build_app
 from cellscale_hub.api.context import Context, Settings
 from cellscale_hub.auth import HubIdentity, StaticTokenIdentity
+from cellscale_hub.bundles import BundleStore
 from cellscale_hub.controller import Controller
 from cellscale_hub.drivers import Driver, driver_class
 from cellscale_hub.store import Store
@@ -85,6 +86,15 @@ class ControlPlane(Application):
         3600.0,
         help="""Seconds after which past GPU use counts half in fair share;
         0: only current use counts.""",
+    ).tag(config=True)
+    bundle_quota_mb = Integer(
+        1024,
+        help="""MiB of input bundles (pickled notebook variables) each user may keep. A bundle
+        no waiting or running job uses is removed after bundle_grace.""",
+    ).tag(config=True)
+    bundle_grace = Float(
+        3600.0,
+        help="Seconds an input bundle no waiting or running job uses is kept (the time from upload to submit).",
     ).tag(config=True)
     personal = Bool(False, help="Run as a personal control plane: no hub, one user, a static token.").tag(config=True)
     ip = Unicode("127.0.0.1", help="Address to listen on (as a hub service: from JUPYTERHUB_SERVICE_URL).").tag(
@@ -185,20 +195,26 @@ class ControlPlane(Application):
         return sock
 
     def start(self) -> None:
+        os.umask(0o077)  # what the control plane writes (store, bundles, job files before hand-over) is its own
         data = Path(self.data_dir)
         jobs_root, bundles_root = Path(self.jobs_root), data / "bundles"
-        for path in (data, bundles_root):
-            path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        jobs_root.mkdir(parents=True, exist_ok=True, mode=0o711)  # jobs may run as their owners
+        for path in (data, bundles_root, jobs_root):
+            path.mkdir(parents=True, exist_ok=True)
+        bundles_root.chmod(0o700)
+        # jobs run as their owners: they may traverse to their own job dir (0700, theirs), list nothing
+        jobs_root.chmod(0o711)
+        data.chmod(0o711 if data in jobs_root.parents else 0o700)
         store = Store(self.db_url)
         store.migrate()
+        _private_sqlite(store)
         drivers = self.make_drivers()
         tenancy = self.make_tenancy(store, drivers)
+        bundles = BundleStore(bundles_root, quota_bytes=self.bundle_quota_mb * 2**20, grace_s=self.bundle_grace)
         controller = Controller(
             store,
             drivers,
             jobs_root,
-            bundles_root,
+            bundles,
             tenancy,
             interval=self.poll_interval,
             preemption_grace_s=self.preemption_grace,
@@ -227,7 +243,7 @@ class ControlPlane(Application):
             tenancy=tenancy,
             identity=identity,
             jobs_root=jobs_root,
-            bundles_root=bundles_root,
+            bundles=bundles,
             prefix=prefix,
             settings=settings,
             hub_oauth=hub_oauth,
@@ -253,6 +269,16 @@ class ControlPlane(Application):
         finally:
             controller.stop()
             store.dispose()
+
+
+def _private_sqlite(store: Store) -> None:
+    """An SQLite store made before the control plane's umask was private is made private now."""
+    url = store.engine.url
+    if url.get_backend_name() == "sqlite" and url.database:
+        for suffix in ("", "-wal", "-shm"):
+            path = Path(url.database + suffix)
+            if path.exists():
+                path.chmod(0o600)
 
 
 def _write_private(path: Path, text: str) -> None:

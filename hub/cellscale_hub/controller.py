@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -20,6 +21,7 @@ from sqlalchemy import select
 
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, AttemptState, EventKind, EventReason, Fault, Phase
+from cellscale_hub.bundles import BundleStore
 from cellscale_hub.drivers import AttemptRef, Driver, Observation, flavor_capacities
 from cellscale_hub.faults import decide
 from cellscale_hub.lifecycle import outcome_of
@@ -41,18 +43,21 @@ class Controller:
         store: Store,
         drivers: dict[str, Driver],
         jobs_root: Path,
-        bundles_root: Path,
+        bundles: BundleStore,
         tenancy: TenancyBook,
         interval: float = 0.5,
         launches_per_cycle: int = 16,
         preemption_grace_s: float = 30.0,
         fair_share_half_life_s: float = 3600.0,
         heartbeat_timeout_s: float = 60.0,
+        bundle_sweep_s: float = 600.0,
     ):
         self.store = store
         self.drivers = drivers
         self.jobs_root = jobs_root
-        self.bundles_root = bundles_root
+        self.bundles = bundles
+        self.bundle_sweep_s = bundle_sweep_s
+        self._swept_at = 0.0
         self.tenancy = tenancy
         self.interval = interval
         self.launches_per_cycle = launches_per_cycle  # a burst of submits must not starve polls and cancels
@@ -91,6 +96,9 @@ class Controller:
 
     # -- one cycle -------------------------------------------------------------------------
     def cycle(self) -> None:
+        if time.monotonic() - self._swept_at > self.bundle_sweep_s:
+            self._swept_at = time.monotonic()
+            self._isolated("bundle clean-up", "-", self.sweep_bundles)
         for name, driver in self.drivers.items():
             for step in (self.mirror_tenancy, self.send_cancels, self.reconcile):
                 self._isolated(step.__name__, name, partial(step, name, driver))
@@ -111,6 +119,14 @@ class Controller:
 
     def ref(self, job: Job, attempt: Attempt) -> AttemptRef:
         return attempt_ref(self.jobs_root, job, attempt)
+
+    def sweep_bundles(self) -> None:
+        """Remove input bundles no waiting or running job uses, once past their grace period."""
+        with self.store.session() as session:
+            in_use = q.bundles_in_use(session)
+        removed = self.bundles.sweep(in_use)
+        if removed:
+            log.info("removed %d input bundle(s) no job uses any more", removed)
 
     def mirror_tenancy(self, backend: str, driver: Driver) -> None:
         """Tell the backend's own scheduler about quotas and shares, once per tenancy change
@@ -221,7 +237,7 @@ class Controller:
     def launch(self, driver: Driver, job: Job, attempt: Attempt, resubmit: bool = False) -> None:
         ref = dataclasses.replace(self.ref(job, attempt), resubmit=resubmit)
         spec = ref.spec
-        bundle = self.bundles_root / spec.inputs_sha256 if spec.inputs_sha256 else None
+        bundle = self.bundles.path(job.owner, spec.inputs_sha256) if spec.inputs_sha256 else None
         try:
             driver.prepare(ref, bundle)
             backend_ref = driver.submit(ref)

@@ -22,4 +22,5 @@ def attempt_ref(jobs_root: Path, job: Job, attempt: Attempt) -> AttemptRef:
         owner=job.owner,
         tenant=job.tenant,
         excluded_nodes=tuple(job.excluded_nodes or ()),
+        result_key=job.result_key,
     )

@@ -2,6 +2,7 @@
 
 cellscale serve [control-plane options]      run a control plane (see --help-all)
 cellscale dev slurm up|down|status           a real multi-node Slurm dev cluster on this machine
+cellscale dev users NAME...                  the demo's researchers as Unix users (root)
 cellscale submit FILE [%%cluster options]    run a Python file as a job (follows it unless --detach)
 cellscale list [--scope mine|tenant|all]
 cellscale status ID | logs ID [-f] | cancel ID
@@ -35,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
         os.execv(sys.executable, [sys.executable, "-m", "cellscale_hub", *argv[1:]])
-    if argv[:2] == ["dev", "slurm"]:
-        os.execv(sys.executable, [sys.executable, "-m", "cellscale_hub.dev.slurm", *argv[2:]])
+    if argv[:2] in (["dev", "slurm"], ["dev", "users"]):
+        os.execv(sys.executable, [sys.executable, "-m", f"cellscale_hub.dev.{argv[1]}", *argv[2:]])
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
     if args.command != "submit" and rest:
@@ -72,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cellscale", description="Run notebook cells and scripts as cluster jobs.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="run a control plane (python -m cellscale_hub)")
-    sub.add_parser("dev", help="dev clusters: cellscale dev slurm up|down|status")
+    sub.add_parser("dev", help="dev setup: cellscale dev slurm up|down|status; cellscale dev users NAME...")
     s = sub.add_parser("submit", help="run a Python file as a job; options as %%%%cluster")
     s.add_argument("file", type=Path)
     s.add_argument("options", nargs=argparse.REMAINDER, help="%%%%cluster options, passed through as given")

@@ -7,15 +7,20 @@ plane on this machine.
 
 from __future__ import annotations
 
+import hmac
 import os
+import secrets
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import cloudpickle
 import httpx
 
+from cellscale.runtime.jobdir import sign
 from cellscale.spec import (
+    RESULT_TAG_HEADER,
     BackendView,
     BundleRef,
     CheckpointView,
@@ -40,9 +45,43 @@ class ApiError(Exception):
         self.status = status
 
 
+class ResultUnverified(ApiError):
+    """A job's outputs whose signature this process cannot check: they are not unpickled."""
+
+    def __init__(self, message: str):
+        super().__init__(403, message)
+
+
+class ResultKeys:
+    """The keys this user's kernels chose for their jobs' outputs, one private file per job
+    (~/.cellscale/result-keys/<job id>, 0600): another kernel of the same user (%cluster
+    attach) can check a result; another user cannot."""
+
+    def __init__(self, root: Path | None = None):
+        home = Path(os.environ.get("CELLSCALE_HOME", Path.home() / ".cellscale"))
+        self.root = root or home / "result-keys"
+
+    @staticmethod
+    def new() -> str:
+        return secrets.token_hex(32)
+
+    def save(self, job_id: str, key: str) -> None:
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = self.root / job_id
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            handle.write(key)
+
+    def load(self, job_id: str) -> str | None:
+        try:
+            return (self.root / job_id).read_text().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+
 class Client:
     def __init__(self, url: str, token: str, timeout: float = 30.0):
         self.url = url.rstrip("/") + "/"
+        self.result_keys = ResultKeys()
         self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"token {token}"}, timeout=timeout)
 
     @classmethod
@@ -86,11 +125,16 @@ class Client:
         return BundleRef.model_validate(self._call("POST", "api/bundles", content=data, retries=3).json())
 
     def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> JobView:
-        """Submit once: retries after a network error reuse the key, so they never make two jobs."""
+        """Submit once: retries after a network error reuse the key, so they never make two jobs.
+        The job signs its outputs with a fresh secret kept here (`result` checks it)."""
         key = idempotency_key or uuid.uuid4().hex
-        body = {"spec": spec.model_dump(mode="json")}
+        result_key = ResultKeys.new()
+        body = {"spec": spec.model_dump(mode="json"), "result_key": result_key}
         response = self._call("POST", "api/jobs", json=body, headers={"Idempotency-Key": key}, retries=3)
-        return JobView.model_validate(response.json())
+        job = JobView.model_validate(response.json())
+        if response.status_code == 201:  # 200: an earlier submit made it, with the key saved then
+            self.result_keys.save(job.id, result_key)
+        return job
 
     def render(self, spec: JobSpec) -> RenderView:
         return RenderView.model_validate(
@@ -122,8 +166,31 @@ class Client:
         return LogChunk.model_validate(self._call("GET", f"api/jobs/{job_id}/logs", params={"offset": offset}).json())
 
     def result(self, job_id: str) -> dict:
-        """Rank 0's outputs, unpickled here, in the user's own process."""
-        return cloudpickle.loads(self._call("GET", f"api/jobs/{job_id}/result", retries=2).content)
+        """Rank 0's outputs, unpickled here, in the user's own process, once their signature
+        proves the job this user submitted wrote them (never another user's job)."""
+        data, tag = self.result_bytes(job_id)
+        key = self.result_keys.load(job_id)
+        if key is None:
+            raise ResultUnverified(
+                f"job {job_id}'s outputs were not unpickled: this machine has no result key for it (it was "
+                "submitted by another user or from another machine); Client.result_bytes() returns the raw bytes"
+            )
+        if tag is None:
+            raise ResultUnverified(
+                f"job {job_id}'s outputs were not unpickled: the job did not sign them (its nodes run a cellscale "
+                "older than this kernel's?); Client.result_bytes() returns the raw bytes"
+            )
+        if not hmac.compare_digest(sign(key.encode(), data), tag):
+            raise ResultUnverified(
+                f"job {job_id}'s outputs were not unpickled: their signature does not match the key this kernel "
+                "chose, so something other than the job wrote them"
+            )
+        return cloudpickle.loads(data)
+
+    def result_bytes(self, job_id: str) -> tuple[bytes, str | None]:
+        """Rank 0's pickled outputs as bytes, and the job's signature of them (not checked)."""
+        response = self._call("GET", f"api/jobs/{job_id}/result", retries=2)
+        return response.content, response.headers.get(RESULT_TAG_HEADER)
 
     def follow_logs(self, job_id: str, offset: int = 0, reconnect_seconds: float = 180.0) -> Iterator[LogChunk]:
         """Stream log chunks as they are written, until the job has ended and all is read.

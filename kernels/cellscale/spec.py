@@ -60,6 +60,9 @@ EXEC_RESERVE_BYTES = 64 * 1024
 """What an attempt adds to the job's --env when it starts its processes: cellscale's and the
 scheduler's variables, the inherited environment, the launcher's arguments."""
 
+RESULT_TAG_HEADER = "X-Cellscale-Result-Tag"
+"""The response header of GET /api/jobs/ID/result carrying the job's HMAC of its outputs."""
+
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_ENV_PREFIXES = ("CELLSCALE_", "SLURM_", "CUDA_VISIBLE_DEVICES", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_")
@@ -67,6 +70,7 @@ _RESERVED_ENV_PREFIXES = ("CELLSCALE_", "SLURM_", "CUDA_VISIBLE_DEVICES", "RANK"
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 QueueName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+ResultKey = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class Strict(BaseModel):
@@ -195,6 +199,11 @@ class JobSpec(Strict):
 
 class SubmitRequest(Strict):
     spec: JobSpec
+    result_key: ResultKey | None = Field(
+        None,
+        description="A secret the job signs its outputs with (HMAC-SHA256, 64 hex digits), chosen by the client, "
+        "which checks the signature before it unpickles them. Kept by the control plane, never shown in a view.",
+    )
 
 
 def env_bytes(env: Mapping[str, str]) -> int:
@@ -352,6 +361,14 @@ class LogChunk(BaseModel):
 class BundleRef(BaseModel):
     sha256: Sha256
     size: int
+
+
+class BundleShare(Strict):
+    """Whom to share one of your input bundles with."""
+
+    user: Annotated[str, StringConstraints(pattern=r"^[^/\x00-\x1f]{1,255}$")] = Field(
+        description="The JupyterHub user name whose jobs may then use the bundle."
+    )
 
 
 class BackendView(BaseModel):

@@ -14,6 +14,7 @@ from cellscale.spec import Phase
 from cellscale_hub.api import build_app
 from cellscale_hub.api.context import Context
 from cellscale_hub.auth import ALL_SCOPES, SCOPE_READ, Identity, Principal, Unauthenticated
+from cellscale_hub.bundles import BundleStore
 from cellscale_hub.controller import Controller
 from cellscale_hub.drivers.local import LocalDriver
 from cellscale_hub.store.tenancy_book import TenancyBook
@@ -49,6 +50,12 @@ def two_desks(nominal: dict[str, int], backends: dict[str, str] | None = None) -
 TENANCY = two_desks({"local": 2})
 
 
+def local_driver(gpus: int) -> LocalDriver:
+    """The local backend running jobs as this process's user: these tests are about the
+    control plane (tests/integration runs jobs as their owners' Unix users)."""
+    return LocalDriver(name="local", gpus=gpus, submit_as=[])
+
+
 class TableIdentity(Identity):
     def principal(self, token: str) -> Principal:
         if token not in USERS:
@@ -58,11 +65,11 @@ class TableIdentity(Identity):
 
 class Plane:
     def __init__(self, tmp_path, store, gpus=4, drivers=None, tenancy=TENANCY, jobs_root=None):
-        self.jobs_root, self.bundles = jobs_root or tmp_path / "jobs", tmp_path / "bundles"
+        self.jobs_root = jobs_root or tmp_path / "jobs"
         self.jobs_root.mkdir(exist_ok=True)
-        self.bundles.mkdir()
+        self.bundles = BundleStore(tmp_path / "bundles", quota_bytes=256 * 2**20, grace_s=3600)
         self.store = store
-        self.driver = LocalDriver(name="local", gpus=gpus)
+        self.driver = local_driver(gpus)
         self.drivers = drivers or {"local": self.driver}
         self.tenancy = TenancyBook(store)
         self.tenancy.seed(tenancy, actor="test")
@@ -74,7 +81,7 @@ class Plane:
             tenancy=self.tenancy,
             identity=TableIdentity(),
             jobs_root=self.jobs_root,
-            bundles_root=self.bundles,
+            bundles=self.bundles,
             prefix="/",
         )
         self.http = TestClient(build_app(ctx))
@@ -92,7 +99,7 @@ class Plane:
 
     def restart(self):
         """A new controller and driver over the same store and job dirs: what kill -9 leaves."""
-        self.driver = LocalDriver(name="local", gpus=self.driver.gpus)
+        self.driver = local_driver(self.driver.gpus)
         self.controller = self.make_controller({"local": self.driver})
         self.http.app.state.ctx.drivers = {"local": self.driver}
 

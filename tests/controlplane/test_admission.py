@@ -33,6 +33,10 @@ while state["step"] < steps:
                 json.dump(state, f)
             os.replace(path + ".tmp", path)
             print(f"checkpointed at step {state['step']}", flush=True)
+        else:  # let rank 0 save first: on Slurm the first rank to stop ends the whole step (--kill-on-bad-exit)
+            deadline = time.time() + 30
+            while not os.path.exists(path) and time.time() < deadline:
+                time.sleep(0.1)
         env.stop_for_preemption()
 total = state["total"]
 """

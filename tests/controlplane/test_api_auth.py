@@ -177,3 +177,30 @@ def test_dry_run_renders_without_storing(plane):
     script = plane.http.post("/api/render", json=body, headers=plane.as_("alice")).json()["script"]
     assert "cellscale.runtime.supervisor" in script and "--nproc-per-node=2" in script
     assert plane.http.get("/api/jobs", headers=plane.as_("alice")).json()["items"] == []
+
+
+def _submit_with_bundle(plane, user, sha):
+    spec = {"source": "print(x)", "launcher": "plain", "input_names": ["x"], "inputs_sha256": sha}
+    return plane.http.post("/api/jobs", json={"spec": spec}, headers=plane.as_(user))
+
+
+def test_a_bundle_is_its_owners_unless_shared(plane):
+    sha = plane.http.post("/api/bundles", content=b"alice's private inputs", headers=plane.as_("alice")).json()[
+        "sha256"
+    ]
+    refused = _submit_with_bundle(plane, "carol", sha)  # a desk-mate who saw the hash in alice's job spec
+    assert refused.status_code == 422 and "was not uploaded by you (nor shared with you)" in refused.json()["detail"]
+    assert _submit_with_bundle(plane, "alice", sha).status_code == 201
+    stranger = plane.http.post(f"/api/bundles/{sha}/share", json={"user": "carol"}, headers=plane.as_("bob"))
+    assert stranger.status_code == 404  # bob cannot share what is not his
+    shared = plane.http.post(f"/api/bundles/{sha}/share", json={"user": "carol"}, headers=plane.as_("alice"))
+    assert shared.status_code == 204
+    assert _submit_with_bundle(plane, "carol", sha).status_code == 201
+
+
+def test_bundles_are_bounded_per_user(plane):
+    plane.bundles.quota_bytes = 10
+    assert plane.http.post("/api/bundles", content=b"x" * 8, headers=plane.as_("alice")).status_code == 201
+    over = plane.http.post("/api/bundles", content=b"y" * 8, headers=plane.as_("alice"))
+    assert over.status_code == 413 and "each user may keep" in over.json()["detail"]
+    assert plane.http.post("/api/bundles", content=b"y" * 8, headers=plane.as_("bob")).status_code == 201

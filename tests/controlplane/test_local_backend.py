@@ -148,17 +148,17 @@ def _alive(pid):
 
 def test_a_backend_that_does_not_answer_stalls_no_other(tmp_path, store):
     from cellscale_hub.drivers.local import LocalDriver
-    from tests.controlplane.conftest import Plane, two_desks
+    from tests.controlplane.conftest import Plane, local_driver, two_desks
 
     class Unreachable(LocalDriver):
         def poll(self, refs):
             raise RuntimeError("squeue: error: Unable to contact slurm controller")
 
-    broken = Unreachable(name="broken", gpus=4)
+    broken = Unreachable(name="broken", gpus=4, submit_as=[])
     plane = Plane(
         tmp_path,
         store,
-        drivers={"broken": broken, "local": LocalDriver(name="local", gpus=4)},
+        drivers={"broken": broken, "local": local_driver(4)},
         tenancy=two_desks({"local": 2, "broken": 2}),
     )
     stuck = plane.submit(source="import time\ntime.sleep(30)", backend="broken").json()

@@ -2,4 +2,4 @@
 # cellscale local backend: job cs-0123456789ab, attempt 1, GPUs none
 # the supervisor then starts: PYTHON -m cellscale.runtime.rank /var/cellscale/jobs/cs-0123456789ab 1
 cd /var/cellscale/jobs/cs-0123456789ab
-exec PYTHON -m cellscale.runtime.supervisor /var/cellscale/jobs/cs-0123456789ab 1
+exec runuser -u alice -- PYTHON -m cellscale.runtime.supervisor /var/cellscale/jobs/cs-0123456789ab 1

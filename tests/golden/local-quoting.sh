@@ -2,4 +2,4 @@
 # cellscale local backend: job cs-0123456789ab, attempt 1, GPUs none
 # the supervisor then starts: PYTHON -m cellscale.runtime.rank '/var/cellscale/jobs/it'"'"'s a dir' 1
 cd '/var/cellscale/jobs/it'"'"'s a dir'
-exec PYTHON -m cellscale.runtime.supervisor '/var/cellscale/jobs/it'"'"'s a dir' 1
+exec runuser -u alice -- PYTHON -m cellscale.runtime.supervisor '/var/cellscale/jobs/it'"'"'s a dir' 1

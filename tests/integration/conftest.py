@@ -52,6 +52,7 @@ class Hub:
     service_url: str
     state: Path
     admin: httpx.Client
+    jobs_root: Path | None = None  # where job directories live (shared with the Slurm dev cluster)
 
     @property
     def data_dir(self) -> Path:
@@ -124,6 +125,7 @@ def hub(tmp_path_factory, slurm_cluster):
     jobs_root.chmod(0o711)  # researchers' Slurm jobs reach their own job dirs, nothing else
     slurm = {"CELLSCALE_SLURM_CONF": slurm_cluster.env["SLURM_CONF"], "CELLSCALE_JOBS_ROOT": str(jobs_root)}
     with running_hub(tmp_path_factory.mktemp("hubstate"), slurm) as the_hub:
+        the_hub.jobs_root = jobs_root
         yield the_hub
 
 

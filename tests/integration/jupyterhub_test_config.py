@@ -3,6 +3,7 @@
 # start their servers.
 import json
 import os
+import tempfile
 from pathlib import Path
 
 base = os.environ.get("CELLSCALE_TEST_HUB_BASE", "jupyterhub_config.py")
@@ -18,11 +19,17 @@ c.JupyterHub.load_roles.append(
     }
 )
 c.Authenticator.allowed_users |= {"erin"}
+if os.getuid() == 0:  # servers run as their users (config/jupyterhub_config.py): erin is one too
+    from cellscale_hub.dev.users import ensure_users
+
+    ensure_users(["erin"])
 
 # JupyterLab in the browser tests: no news toast over the page (a labconfig default-settings
 # override in labconfig/ of a JUPYTER_CONFIG_PATH folder, which every user server reads).
-lab_config = Path(os.environ["CELLSCALE_STATE_DIR"]) / "lab-config"
-(lab_config / "labconfig").mkdir(parents=True, exist_ok=True)
+# (a folder every user may read: their servers run as themselves)
+lab_config = Path(tempfile.mkdtemp(prefix="cellscale-lab-config-"))
+lab_config.chmod(0o755)
+(lab_config / "labconfig").mkdir(mode=0o755)
 quiet = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
 (lab_config / "labconfig" / "default_setting_overrides.json").write_text(json.dumps(quiet) + "\n")
 c.Spawner.environment["JUPYTER_CONFIG_PATH"] = str(lab_config)

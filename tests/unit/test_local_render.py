@@ -33,8 +33,10 @@ def test_render_matches_golden(case):
         job_dir=job_dir,
         spec=spec,
         gpu_ids=tuple(range(spec.resources.gpus_per_node)),
+        owner="alice",
     )
-    script = LocalDriver(name="local", gpus=8).render(ref).replace(sys.executable, "PYTHON")
+    driver = LocalDriver(name="local", gpus=8, submit_as=["runuser", "-u", "{user}", "--"])
+    script = driver.render(ref).replace(sys.executable, "PYTHON")
     path = GOLDEN / f"{case}.sh"
     if os.environ.get("CELLSCALE_UPDATE_GOLDEN"):
         path.write_text(script)

@@ -140,3 +140,39 @@ def test_every_job_directory_record_reads_back_what_was_written(tmp_path):
     assert job.read_exit(1).reason.fault == "user_error" and job.read_step(1) == 7 and job.preempt_requested(1)
     (job.attempt_dir(1) / "progress.json").write_text('{"step": 8, "a')  # torn: reads as absent, never raises
     assert job.read_progress(1) is None
+
+
+def test_outputs_are_signed_with_the_kernels_key_and_checked_before_unpickling(tmp_path, monkeypatch):
+    import cloudpickle
+    import pytest
+
+    from cellscale.client import Client, ResultKeys, ResultUnverified
+    from cellscale.runtime.jobdir import JobDir, sign
+
+    job = JobDir(tmp_path / "job")
+    key = ResultKeys.new()
+    plan = LaunchPlan(
+        job_id="cs-000000000001", attempt=1, launcher=Launcher.plain, nodes=1, gpus_per_node=0, procs_per_node=1
+    )
+    job.prepare(1, "x = 1", plan, None, result_key=key)
+    assert (job.root / "result.key").stat().st_mode & 0o077 == 0  # only the job's owner reads it
+    data = cloudpickle.dumps({"x": 1})
+    job.write_result(data)
+    assert job.read_result_tag() == sign(key.encode(), data)
+
+    keys = ResultKeys(tmp_path / "keys")
+    client = Client("http://control-plane.invalid/", "token")
+    client.result_keys = keys
+    served = {"bytes": data, "tag": job.read_result_tag()}
+    monkeypatch.setattr(client, "result_bytes", lambda job_id: (served["bytes"], served["tag"]))
+    with pytest.raises(ResultUnverified, match="no result key"):
+        client.result("cs-000000000001")  # a desk-mate's kernel: it never chose the key
+    keys.save("cs-000000000001", key)
+    assert (keys.root / "cs-000000000001").stat().st_mode & 0o777 == 0o600
+    assert client.result("cs-000000000001") == {"x": 1}
+    served["bytes"] = cloudpickle.dumps({"x": "written by someone else"})
+    with pytest.raises(ResultUnverified, match="signature does not match"):
+        client.result("cs-000000000001")
+    served["tag"] = None
+    with pytest.raises(ResultUnverified, match="did not sign"):
+        client.result("cs-000000000001")

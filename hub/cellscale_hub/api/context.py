@@ -12,6 +12,7 @@ from fastapi import Depends, HTTPException, Request
 
 from cellscale_hub.api import csrf
 from cellscale_hub.auth import Identity, Principal, Unauthenticated
+from cellscale_hub.bundles import BundleStore
 from cellscale_hub.drivers import Driver
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
@@ -36,7 +37,7 @@ class Context:
     tenancy: TenancyBook
     identity: Identity
     jobs_root: Path
-    bundles_root: Path
+    bundles: BundleStore
     prefix: str
     settings: Settings = Settings()
     hub_oauth: object | None = None

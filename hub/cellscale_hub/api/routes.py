@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import re
 from typing import Annotated
 
@@ -13,8 +13,10 @@ from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from cellscale.spec import (
     MAX_INPUTS_BYTES,
     MAX_SAFE_INT,
+    RESULT_TAG_HEADER,
     BackendView,
     BundleRef,
+    BundleShare,
     CheckpointView,
     EventView,
     JobPage,
@@ -33,6 +35,7 @@ from cellscale_hub.api.context import Context, context, require
 from cellscale_hub.api.edge import DEFAULT_MAX_BODY_BYTES, InputEdge
 from cellscale_hub.api.errors import install_error_handlers, refusals
 from cellscale_hub.auth import SCOPE_READ, SCOPE_SUBMIT, Principal
+from cellscale_hub.bundles import BundleRefused
 from cellscale_hub.drivers import AttemptRef, Driver
 from cellscale_hub.placement import NoTenant, Placement, Refused, place
 from cellscale_hub.refs import attempt_ref
@@ -112,7 +115,8 @@ def _job_routes(router: APIRouter) -> None:
 
     @router.post("/bundles", response_model=BundleRef, status_code=201, responses=refusals(401, 403, 413))
     async def upload_bundle(request: Request, who: Submitter, ctx: Ctx) -> BundleRef:
-        """Store a job's pickled inputs, content-addressed. The bytes are never unpickled here."""
+        """Store a job's pickled inputs, content-addressed, for you alone (share one with
+        POST /bundles/{sha256}/share). The bytes are never unpickled here."""
         data = bytearray()
         async for chunk in request.stream():
             data += chunk
@@ -120,13 +124,20 @@ def _job_routes(router: APIRouter) -> None:
                 raise HTTPException(
                     413, f"inputs are larger than {MAX_INPUTS_BYTES // 2**20} MiB; ship big data by URL"
                 )
-        sha = hashlib.sha256(data).hexdigest()
-        path = ctx.bundles_root / sha
-        if not path.exists():
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(bytes(data))
-            tmp.replace(path)
-        return BundleRef(sha256=sha, size=len(data))
+        try:
+            stored = await asyncio.to_thread(ctx.bundles.put, who.user, bytes(data))
+        except BundleRefused as exc:
+            raise HTTPException(413, str(exc)) from exc
+        return BundleRef(sha256=stored.sha256, size=stored.size)
+
+    @router.post("/bundles/{sha256}/share", status_code=204, responses=refusals(401, 403, 404, 422))
+    def share_bundle(sha256: str, body: BundleShare, who: Submitter, ctx: Ctx) -> Response:
+        """Let another user's jobs use one of your input bundles (by its hash)."""
+        try:
+            ctx.bundles.share(who.user, sha256, body.user)
+        except BundleRefused as exc:
+            raise HTTPException(404, str(exc)) from exc
+        return Response(status_code=204)
 
     @router.post(
         "/jobs",
@@ -145,9 +156,11 @@ def _job_routes(router: APIRouter) -> None:
     ):
         where = _placement(ctx, who, body.spec)
         spec = where.spec
-        if spec.inputs_sha256 and not (ctx.bundles_root / spec.inputs_sha256).exists():
+        if spec.inputs_sha256 and ctx.bundles.path(who.user, spec.inputs_sha256) is None:
             raise HTTPException(
-                422, f"inputs bundle {spec.inputs_sha256} was not uploaded; POST it to /api/bundles first"
+                422,
+                f"inputs bundle {spec.inputs_sha256} was not uploaded by you (nor shared with you); "
+                "POST it to /api/bundles first",
             )
         job = Job(
             id=ctx.new_job_id(),
@@ -163,6 +176,7 @@ def _job_routes(router: APIRouter) -> None:
             gpus=spec.resources.gpus,
             phase=Phase.PENDING,
             reason="waiting for admission",
+            result_key=body.result_key,
         )
         with ctx.store.session() as session:
             try:
@@ -289,18 +303,27 @@ def _job_routes(router: APIRouter) -> None:
 
     @router.get(
         "/jobs/{job_id}/result",
-        responses={200: {"content": {"application/octet-stream": {}}}, **refusals(401, 403, 404, 422, 503)},
+        responses={
+            200: {
+                "content": {"application/octet-stream": {}},
+                "headers": {RESULT_TAG_HEADER: {"description": "HMAC-SHA256 of the bytes under the job's result key"}},
+            },
+            **refusals(401, 403, 404, 422, 503),
+        },
     )
     def result(job_id: str, who: Reader, ctx: Ctx) -> Response:
-        """Rank 0's outputs, pickled by the job. Returned as bytes; only the kernel unpickles them."""
+        """Rank 0's outputs, pickled by the job, with the job's signature of them. Returned as
+        bytes; only the submitting kernel, which holds the key, checks and unpickles them."""
         with ctx.store.session() as session:
             job = visible_job(session, job_id, who)
-            path = _driver(ctx, job.backend).result_file(ctx.jobs_root / job_id) if job.result_available else None
-            if path is None:
+            found = _driver(ctx, job.backend).result_file(ctx.jobs_root / job_id) if job.result_available else None
+            if found is None:
                 raise HTTPException(
                     404, f"job {job_id} has no result ({job.phase.lower()}; outputs: {job.spec.get('outputs')})"
                 )
-        return FileResponse(path, media_type="application/octet-stream")
+        path, tag = found
+        headers = {RESULT_TAG_HEADER: tag} if tag else None
+        return FileResponse(path, media_type="application/octet-stream", headers=headers)
 
     @router.get("/jobs/{job_id}/render", response_model=RenderView, responses=refusals(401, 403, 404, 409, 422, 503))
     def render_job(job_id: str, who: Reader, ctx: Ctx) -> RenderView:

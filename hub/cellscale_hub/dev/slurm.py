@@ -52,6 +52,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from cellscale_hub import proc
+from cellscale_hub.dev import users as unix_users
 
 DEFAULT_STATE_DIR = Path("/tmp/cellscale-slurm")
 TEMPLATE_DIR: Traversable = resources.files("cellscale_hub.dev") / "slurm_templates"  # package data
@@ -426,27 +427,8 @@ def ensure_packages(log: Log) -> None:
         raise ClusterError(f"{NEVER_INSTALL} got installed; purge it: apt-get purge {NEVER_INSTALL}")
 
 
-def ensure_users(log: Log) -> None:
-    for users in TENANTS.values():
-        for user in users:
-            try:
-                pwd.getpwnam(user)
-            except KeyError:
-                run_cmd(["useradd", "-m", "-s", "/bin/bash", user])
-                log(f"created Unix user {user}")
-
-
-def share_python(log: Log, python: Path = Path(sys.executable)) -> None:
-    """Let the researchers' users run this Python (jobs start cellscale's runtime with it):
-    give every directory above the real interpreter and the environment search permission
-    (o+x: traverse, not list) where it lacks it. A pyenv under /root needs this on a dev box;
-    a production cluster installs cellscale on a shared path instead."""
-    for target in {python.resolve(), python.parent.parent}:
-        for directory in reversed(target.parents if target.is_file() else [target, *target.parents]):
-            mode = directory.stat().st_mode
-            if not mode & stat.S_IXOTH:
-                os.chmod(directory, mode | stat.S_IXOTH)
-                log(f"made {directory} traversable (o+x) so researchers can run {python}")
+def ensure_cluster_users(log: Log) -> None:
+    unix_users.ensure_users((user for members in TENANTS.values() for user in members), log)
 
 
 # ---------------------------------------------------------------------------- daemons
@@ -794,8 +776,8 @@ def up(
     require_root()
     layout = layout_for(state_dir)
     ensure_packages(log)
-    ensure_users(log)
-    share_python(log)
+    ensure_cluster_users(log)
+    unix_users.share_python(log)
     make_root(layout)
     with exclusive(layout):  # a second `up` (another test session) waits, then finds it running
         settings = prepare_state(layout, template_dir, log)

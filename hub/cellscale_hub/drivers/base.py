@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import os
+import pwd
+import re
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,9 +21,34 @@ from cellscale.vocabulary import AttemptState, Fault, Launcher
 from cellscale_hub.faults import from_exit_records
 from cellscale_hub.tenancy import Tenancy
 
+UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
 
 class SpecRejected(ValueError):
     """The job can never run on this backend; the message says what to change."""
+
+
+def as_user(prefix: list[str], user: str) -> list[str]:
+    """The privilege step that runs a command as the job's owner (`runuser -u {user} --` as
+    root, `sudo -n -u {user} --` in production), with the validated user name filled in."""
+    if not UNIX_USER.match(user):
+        raise SpecRejected(f"user name {user!r} is not a valid Unix user name; jobs run as their owner")
+    return [part.replace("{user}", user) for part in prefix]
+
+
+def hand_to_owner(user: str, job_dir: Path) -> None:
+    """As root, give the job directory to the user who runs the job, readable by them alone
+    (desk-mates read it through the API, which checks). Not root: nothing to do (the control
+    plane and its jobs share one Unix user)."""
+    if os.geteuid() != 0:
+        return
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise RuntimeError(f"there is no Unix user {user!r} on this machine; jobs run as their owner") from None
+    for path in [job_dir, *job_dir.rglob("*")]:
+        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+    job_dir.chmod(0o700)
 
 
 @dataclass(frozen=True)
@@ -38,6 +66,7 @@ class AttemptRef:
     tenant: str = ""
     resubmit: bool = False  # submitted again after a restart: the backend may already have it
     excluded_nodes: tuple[str, ...] = ()  # nodes that failed this job before: its next attempts avoid them
+    result_key: str | None = field(default=None, repr=False)  # the job signs its outputs with it
 
     @property
     def key(self) -> tuple[str, int]:
@@ -203,7 +232,7 @@ class Driver(LoggingConfigurable):
     # -- the job directory ----------------------------------------------------------------------
     def prepare(self, ref: AttemptRef, bundle: Path | None) -> None:
         """Write what the attempt's runtime reads (cell, inputs, plan) before `submit`."""
-        ref.dir.prepare(ref.number, ref.spec.source, self.launch_plan(ref), bundle)
+        ref.dir.prepare(ref.number, ref.spec.source, self.launch_plan(ref), bundle, ref.result_key)
 
     def observe_attempts(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
         """`poll`, with what the job directory adds: the attempt's newest checkpoint, the
@@ -239,7 +268,9 @@ class Driver(LoggingConfigurable):
             for c in JobDir(job_dir).read_checkpoints(n)
         ]
 
-    def result_file(self, job_dir: Path) -> Path | None:
-        """Rank 0's pickled outputs (opaque bytes to the control plane), or None if none."""
+    def result_file(self, job_dir: Path) -> tuple[Path, str | None] | None:
+        """Rank 0's pickled outputs (opaque bytes to the control plane) and the job's tag of
+        them (HMAC under the key its kernel chose; None for a job submitted without one), or
+        None if there are none."""
         jd = JobDir(job_dir)
-        return jd.result if jd.has_result() else None
+        return (jd.result, jd.read_result_tag()) if jd.has_result() else None

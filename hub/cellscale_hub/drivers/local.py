@@ -1,23 +1,34 @@
 """The local backend: all-or-nothing jobs on this machine against a declared number of
 logical GPUs. It is the embedded default and a real backend, not a test double: each
-attempt is a detached supervisor process that outlives the control plane."""
+attempt is a detached supervisor process that outlives the control plane, started as the
+job's owner (the same privilege step as the Slurm driver's) in a job directory only that
+user can read."""
 
 from __future__ import annotations
 
 import os
+import pwd
 import shlex
 import signal
 import subprocess
 import sys
 import time
 
-from traitlets import Float, Integer, default
+from traitlets import Float, Integer, List, Unicode, default
 
 from cellscale.runtime.supervisor import launcher_argv
 from cellscale.spec import BackendView
 from cellscale.vocabulary import AttemptState, ExitReason, Fault, Launcher
 from cellscale_hub import proc
-from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected, heartbeat_of
+from cellscale_hub.drivers.base import (
+    AttemptRef,
+    Driver,
+    Observation,
+    SpecRejected,
+    as_user,
+    hand_to_owner,
+    heartbeat_of,
+)
 
 SUPERVISOR = ("-m", "cellscale.runtime.supervisor")
 
@@ -36,7 +47,21 @@ class LocalDriver(Driver):
         help="How long a submitted attempt may take to show its supervisor before it counts as lost.",
     ).tag(config=True)
 
+    submit_as = List(
+        Unicode(),
+        help="""Prefix that starts a job's supervisor as the job's owner; `{user}` is replaced by the
+        (validated) user name. Default: ["runuser", "-u", "{user}", "--"] when the control plane
+        runs as root, so every user's jobs run as that user's own Unix identity and the OS keeps
+        users apart; production without root: ["sudo", "-n", "-u", "{user}", "--"] with a sudoers
+        rule for the supervisor command. [] runs every job as the control plane's own user: only for
+        a personal control plane or a single-user machine (a warning says so at start).""",
+    ).tag(config=True)
+
     assigns_gpu_ids = True
+
+    @default("submit_as")
+    def _default_submit_as(self) -> list[str]:
+        return ["runuser", "-u", "{user}", "--"] if os.geteuid() == 0 else []
 
     @default("name")
     def _default_name(self) -> str:
@@ -45,6 +70,14 @@ class LocalDriver(Driver):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        if not self.submit_as:
+            self.log.warning(
+                "LocalDriver %r runs EVERY user's jobs as %s (submit_as is empty): users are not kept apart. "
+                "Fine for a personal control plane; on a shared machine run the control plane as root "
+                "(jobs then run as their owners) or set c.LocalDriver.submit_as to a sudo rule.",
+                self.name,
+                pwd.getpwuid(os.geteuid()).pw_name,
+            )
 
     def capacity(self) -> BackendView:
         return BackendView(
@@ -65,7 +98,8 @@ class LocalDriver(Driver):
         super().validate(spec)
 
     def argv(self, ref: AttemptRef) -> list[str]:
-        return [sys.executable, *SUPERVISOR, str(ref.job_dir), str(ref.number)]
+        prefix = as_user(self.submit_as, ref.owner) if self.submit_as else []
+        return [*prefix, sys.executable, *SUPERVISOR, str(ref.job_dir), str(ref.number)]
 
     def render(self, ref: AttemptRef) -> str:
         gpus = ",".join(map(str, ref.gpu_ids)) or "none"
@@ -83,6 +117,8 @@ class LocalDriver(Driver):
         node_dir.mkdir(parents=True, exist_ok=True)
         if ref.dir.read_started(ref.number) or ref.dir.supervisor_alive(ref.number):
             return ref.backend_ref or "local"  # already launched: never twice
+        if self.submit_as:
+            hand_to_owner(ref.owner, ref.job_dir)
         child = proc.spawn_detached(
             self.argv(ref),
             cwd=ref.job_dir,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import re
 import shlex
 import string
@@ -30,7 +29,16 @@ from cellscale.runtime.records import LaunchPlan
 from cellscale.spec import AttemptState, BackendView, JobSpec, Launcher
 from cellscale.vocabulary import Fault
 from cellscale_hub import proc
-from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected, fault_from_job_dir, heartbeat_of
+from cellscale_hub.drivers.base import (
+    AttemptRef,
+    Driver,
+    Observation,
+    SpecRejected,
+    as_user,
+    fault_from_job_dir,
+    hand_to_owner,
+    heartbeat_of,
+)
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.tenancy import Tenancy
 
@@ -272,9 +280,7 @@ class SlurmDriver(Driver):
         return result.stdout
 
     def _as_user(self, user: str) -> list[str]:
-        if not SAFE_NAME.match(user):
-            raise SpecRejected(f"user name {user!r} is not a valid Unix user name; Slurm jobs run as their owner")
-        return [part.replace("{user}", user) for part in self.submit_as]
+        return as_user(self.submit_as, user)
 
     # -- capacity ----------------------------------------------------------------------------
     def capacity(self) -> BackendView:
@@ -386,7 +392,7 @@ class SlurmDriver(Driver):
         if existing:
             return existing  # submitted before a restart of the control plane: adopt it
         self.script_path(ref).write_text(self.render(self._avoiding(ref)))
-        _give_to(ref.owner, ref.job_dir)
+        hand_to_owner(ref.owner, ref.job_dir)
         out = self._run([*self._as_user(ref.owner), "sbatch", "--parsable", str(self.script_path(ref))])
         return out.strip().split(";")[0]
 
@@ -576,16 +582,3 @@ def _exit_code(entry: dict) -> int | None:
     if isinstance(code, dict):
         return code.get("return_code")
     return code if isinstance(code, int) else None
-
-
-def _give_to(user: str, job_dir: Path) -> None:
-    """As root (dev clusters), hand the job dir to the researcher who runs the job; in production
-    the control plane writes into a group-shared job root instead."""
-    if os.geteuid() != 0:
-        return
-    try:
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        raise RuntimeError(f"there is no Unix user {user!r} here; Slurm jobs run as their owner") from None
-    for path in [job_dir, *job_dir.rglob("*")]:
-        os.chown(path, entry.pw_uid, entry.pw_gid)

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from cellscale.spec import AttemptView, EventView, JobSpec, JobView, PendingView
-from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, ACTIVE_PHASES, EventKind, EventReason, Phase
+from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, ACTIVE_PHASES, TERMINAL_PHASES, EventKind, EventReason, Phase
 from cellscale_hub.lifecycle import check_transition
 from cellscale_hub.store.models import Attempt, Event, Job, utcnow
 
@@ -130,6 +130,16 @@ def has_pending(session: Session) -> bool:
 
 def set_pending(session: Session, job_id: str, pending: dict, reason: str) -> None:
     session.execute(update(Job).where(Job.id == job_id).values(pending=pending, reason=reason))
+
+
+def bundles_in_use(session: Session) -> dict[str, set[str]]:
+    """owner → the input bundles their waiting or running jobs were submitted with."""
+    used: dict[str, set[str]] = {}
+    query = select(Job.owner, Job.spec).where(Job.phase.not_in(TERMINAL_PHASES))
+    for owner, spec in session.execute(query):
+        if spec.get("inputs_sha256"):
+            used.setdefault(owner, set()).add(spec["inputs_sha256"])
+    return used
 
 
 def preemption_due(session: Session, now: datetime) -> list[Job]:

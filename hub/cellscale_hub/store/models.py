@@ -79,6 +79,9 @@ class Job(Base):
     excluded_nodes: Mapped[list] = mapped_column(JSON, default=list)  # nodes that failed it: avoided
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     result_available: Mapped[bool] = mapped_column(Boolean, default=False)
+    # the secret the job signs its outputs with (HMAC-SHA256), chosen by the submitting kernel,
+    # which checks the tag before it unpickles them; never shown in any view
+    result_key: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

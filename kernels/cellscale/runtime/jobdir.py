@@ -12,6 +12,8 @@ formats (records in `cellscale.runtime.records`): every reader and writer goes t
     <job>/inputs.pkl            pickled notebook variables (opaque to the control plane)
     <job>/output.log            every attempt's rank-prefixed lines, appended
     <job>/result.pkl            rank 0's named outputs
+    <job>/result.key            the secret the outputs are signed with (from the submitting kernel)
+    <job>/result.tag            HMAC-SHA256 of result.pkl under that key: the kernel checks it
     <job>/attempts/<n>/node<k>/lock     flock held by node k's supervisor while it lives
     <job>/attempts/<n>/node<k>/started  Started, written by that supervisor once it holds the lock
     <job>/attempts/<n>/node<k>/heartbeat.json   Heartbeat
@@ -28,6 +30,8 @@ formats (records in `cellscale.runtime.records`): every reader and writer goes t
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import hmac
 import os
 import shutil
 from pathlib import Path
@@ -69,10 +73,14 @@ class JobDir:
         return self.attempt_dir(attempt) / f"node{node}"
 
     # -- written by the control plane --------------------------------------------------------
-    def prepare(self, attempt: int, source: str, plan: LaunchPlan, bundle: Path | None) -> None:
+    def prepare(
+        self, attempt: int, source: str, plan: LaunchPlan, bundle: Path | None, result_key: str | None = None
+    ) -> None:
         """Write what an attempt's runtime reads. Re-running it for the same attempt is harmless."""
         self.attempt_dir(attempt).mkdir(parents=True, exist_ok=True)
         write_atomic(self.cell, source.encode())
+        if result_key is not None:
+            write_atomic(self.result_key_file, result_key.encode(), mode=0o600)
         if bundle is not None and not self.inputs.exists():
             shutil.copyfile(bundle, self.inputs)
         self.write_plan(plan)
@@ -170,11 +178,27 @@ class JobDir:
         progress = self.read_progress(attempt)
         return progress.step if progress else None
 
+    result_key_file = property(lambda self: self.root / "result.key")
+    result_tag_file = property(lambda self: self.root / "result.tag")
+
     def write_result(self, data: bytes) -> None:
+        """Rank 0's pickled outputs, signed with the job's result key when it has one."""
+        try:
+            key = self.result_key_file.read_bytes()
+        except FileNotFoundError:
+            key = None
+        if key is not None:
+            write_atomic(self.result_tag_file, sign(key, data).encode())
         write_atomic(self.result, data)
 
     def has_result(self) -> bool:
         return self.result.exists()
+
+    def read_result_tag(self) -> str | None:
+        try:
+            return self.result_tag_file.read_text().strip()
+        except FileNotFoundError:
+            return None
 
     # -- written by cellscale.checkpoint on rank 0 ---------------------------------------------
     def checkpoints_log(self, attempt: int) -> Path:
@@ -251,10 +275,15 @@ def _checkpoint_line(line: bytes) -> Checkpoint | None:
         return None
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a file so readers see either nothing or all of it."""
+def sign(key: bytes, data: bytes) -> str:
+    """The tag of a job's outputs: HMAC-SHA256 under the key its kernel chose (hex)."""
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o666) -> None:
+    """Write a file so readers see either nothing or all of it (`mode`, less the umask)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())

@@ -86,9 +86,30 @@ export interface paths {
         put?: never;
         /**
          * Upload Bundle
-         * @description Store a job's pickled inputs, content-addressed. The bytes are never unpickled here.
+         * @description Store a job's pickled inputs, content-addressed, for you alone (share one with
+         *     POST /bundles/{sha256}/share). The bytes are never unpickled here.
          */
         post: operations["upload_bundle_api_bundles_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/bundles/{sha256}/share": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Share Bundle
+         * @description Let another user's jobs use one of your input bundles (by its hash).
+         */
+        post: operations["share_bundle_api_bundles__sha256__share_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -234,7 +255,8 @@ export interface paths {
         };
         /**
          * Result
-         * @description Rank 0's outputs, pickled by the job. Returned as bytes; only the kernel unpickles them.
+         * @description Rank 0's outputs, pickled by the job, with the job's signature of them. Returned as
+         *     bytes; only the submitting kernel, which holds the key, checks and unpickles them.
          */
         get: operations["result_api_jobs__job_id__result_get"];
         put?: never;
@@ -479,6 +501,17 @@ export interface components {
             sha256: string;
             /** Size */
             size: number;
+        };
+        /**
+         * BundleShare
+         * @description Whom to share one of your input bundles with.
+         */
+        BundleShare: {
+            /**
+             * User
+             * @description The JupyterHub user name whose jobs may then use the bundle.
+             */
+            user: string;
         };
         /**
          * CheckpointView
@@ -951,6 +984,11 @@ export interface components {
         /** SubmitRequest */
         SubmitRequest: {
             spec: components["schemas"]["JobSpec"];
+            /**
+             * Result Key
+             * @description A secret the job signs its outputs with (HMAC-SHA256, 64 hex digits), chosen by the client, which checks the signature before it unpickles them. Kept by the control plane, never shown in a view.
+             */
+            result_key?: string | null;
         };
         /** TenancyView */
         TenancyView: {
@@ -1171,6 +1209,66 @@ export interface operations {
             };
             /** @description The request body is larger than this route accepts. */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    share_bundle_api_bundles__sha256__share_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sha256: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BundleShare"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such job (or not visible to you), queue or flavor. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1713,6 +1811,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description HMAC-SHA256 of the bytes under the job's result key */
+                    "X-Cellscale-Result-Tag"?: unknown;
                     [name: string]: unknown;
                 };
                 content: {
