@@ -104,6 +104,12 @@ class ControlPlane(Application):
         0, help="Port to listen on; 0 picks a free one (as a hub service: from JUPYTERHUB_SERVICE_URL)."
     ).tag(config=True)
     poll_interval = Float(0.5, help="Seconds between reconcile cycles.").tag(config=True)
+    admission_interval = Float(
+        30.0,
+        help="""Most seconds between two admission cycles when nothing changed. Admission runs at once
+        after a submit, a cancel, an admin's change, an attempt that started or ended, or a change in a
+        backend's capacity; this timer only refreshes fair share (it decays) and estimated starts.""",
+    ).tag(config=True)
     service_name = Unicode(help="The hub service name (from JUPYTERHUB_SERVICE_NAME).").tag(config=True)
     max_request_bytes = Integer(
         2 * 2**20,
@@ -189,10 +195,7 @@ class ControlPlane(Application):
         if service_url and not self.personal:
             parsed = urlparse(service_url)
             ip, port = parsed.hostname or ip, parsed.port or port
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((ip, port))
-        return sock
+        return listening_socket(ip, port)
 
     def start(self) -> None:
         os.umask(0o077)  # what the control plane writes (store, bundles, job files before hand-over) is its own
@@ -220,6 +223,7 @@ class ControlPlane(Application):
             preemption_grace_s=self.preemption_grace,
             fair_share_half_life_s=self.fair_share_half_life,
             heartbeat_timeout_s=self.heartbeat_timeout,
+            admission_interval_s=self.admission_interval,
         )
         sock = self.listen_socket()
         if self.personal:
@@ -269,6 +273,17 @@ class ControlPlane(Application):
         finally:
             controller.stop()
             store.dispose()
+
+
+def listening_socket(ip: str, port: int) -> socket.socket:
+    """The server's socket. Made with IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on the
+    connections it accepts only when the listening socket's proto says TCP, and without it
+    every request on a kept-alive connection after the first waited ~44 ms (Nagle's algorithm
+    meeting the client's delayed ACK)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((ip, port))
+    return sock
 
 
 def _private_sqlite(store: Store) -> None:

@@ -51,6 +51,7 @@ class Controller:
         fair_share_half_life_s: float = 3600.0,
         heartbeat_timeout_s: float = 60.0,
         bundle_sweep_s: float = 600.0,
+        admission_interval_s: float = 30.0,
     ):
         self.store = store
         self.drivers = drivers
@@ -68,6 +69,14 @@ class Controller:
         self._stop = threading.Event()
         self._cancel_sent: set[tuple[str, int]] = set()
         self._mirrored: dict[str, int] = {}  # backend -> tenancy revision it last accepted
+        # admission runs when something it decides on changed (a submit, cancel or admin change
+        # through wake(); an attempt that started, ended or was requeued; the tenancy; a backend's
+        # capacity), else every admission_interval_s (fair share decays, estimates age): an idle
+        # control plane with a long queue does not re-score it twice a second
+        self.admission_interval_s = admission_interval_s
+        self._admission_due = True
+        self._admission_inputs: tuple | None = None
+        self._admitted_at = 0.0
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -82,7 +91,9 @@ class Controller:
             self._thread.join(timeout=10)
 
     def wake(self) -> None:
-        """Run a cycle now (after a submit or cancel) instead of at the next tick."""
+        """Run a cycle now, with admission (after a submit, cancel or admin change), instead of
+        at the next tick."""
+        self._admission_due = True
         self._wake.set()
 
     def _loop(self) -> None:
@@ -103,9 +114,10 @@ class Controller:
             for step in (self.mirror_tenancy, self.send_cancels, self.reconcile):
                 self._isolated(step.__name__, name, partial(step, name, driver))
         try:
-            launches = self.admit()
+            launches = self.admit() if self._admission_needed() else []
         except Exception:
             log.exception("admission failed; nothing was admitted this cycle")
+            self._admission_due = True
             launches = []
         for job, attempt in launches:
             self._isolated("launch", job.backend, partial(self.launch, self.drivers[job.backend], job, attempt))
@@ -137,11 +149,18 @@ class Controller:
             self._mirrored[backend] = revision
 
     # -- admission ---------------------------------------------------------------------------
+    def _admission_needed(self) -> bool:
+        inputs = (self.tenancy.revision, tuple(sorted(flavor_capacities(self.tenancy.current, self.drivers).items())))
+        changed = inputs != self._admission_inputs
+        self._admission_inputs = inputs
+        return self._admission_due or changed or time.monotonic() - self._admitted_at > self.admission_interval_s
+
     def admit(self) -> list[tuple[Job, Attempt]]:
         """One scheduling cycle: admit, warn victims, and record why the rest wait. Returns
         the attempts to launch (at most `launches_per_cycle`; the rest next cycle)."""
         tenancy = self.tenancy.current
         now = utcnow()
+        self._admission_due, self._admitted_at = False, time.monotonic()
         with self.store.session() as session:
             if not q.has_pending(session):
                 return []
@@ -153,7 +172,7 @@ class Controller:
         decision = schedule(snap)
         grants = decision.admit[: self.launches_per_cycle]
         if len(decision.admit) > len(grants):
-            self._wake.set()  # the rest in the next cycle, right after a poll
+            self.wake()  # the rest in the next cycle, right after a poll
         launches, warnings = [], []
         with self.store.session() as session:
             in_use = self._gpu_ids_in_use(session)
@@ -161,6 +180,8 @@ class Controller:
                 launch = self._admit_one(session, tenancy, grant, in_use)
                 if launch:
                     launches.append(launch)
+                else:
+                    self._admission_due = True  # granted but not placed now (its GPUs still busy): next cycle
             for preemption in decision.preempt:
                 warning = self._start_preemption(session, preemption, now)
                 if warning:
@@ -341,6 +362,7 @@ class Controller:
         if job.phase is outcome.phase:
             job.reason = outcome.reason  # e.g. Slurm's own reason for waiting changed
         else:
+            self._admission_due = True  # a holder started: estimated starts change
             q.transition(
                 session,
                 job,
@@ -351,6 +373,7 @@ class Controller:
             )
 
     def _end_attempt(self, session, job: Job, attempt: Attempt, obs: Observation) -> None:
+        self._admission_due = True  # its GPUs are free, or it is back in the queue
         attempt.state, attempt.exit_code, attempt.end_reason = obs.state, obs.exit_code, obs.reason
         attempt.ended_at = utcnow()
         attempt.failed_nodes = list(obs.failed_nodes)

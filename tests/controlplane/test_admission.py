@@ -126,3 +126,26 @@ def test_priority_preemption_within_a_queue(plane, tmp_path):
     assert victim["phase"] in ("PENDING", "ADMITTED", "STARTING", "RUNNING")  # requeued, never failed
     plane.http.post(f"/api/jobs/{low['id']}/cancel", headers=plane.as_("alice"))
     assert plane.run_until(low["id"], TERMINAL)["phase"] == "CANCELLED"
+
+
+def test_admission_runs_when_something_changed_not_every_tick(plane, monkeypatch):
+    import cellscale_hub.controller as controller_module
+
+    calls = []
+    real = controller_module.schedule
+    monkeypatch.setattr(controller_module, "schedule", lambda snap: calls.append(snap) or real(snap))
+    big = plane.submit("alice", source="import time\ntime.sleep(60)", resources={"gpus_per_node": 4}).json()
+    plane.run_until(big["id"], {Phase.RUNNING})
+    waiting = plane.submit("carol", resources={"gpus_per_node": 2}).json()  # her desk holds all 4 GPUs
+    plane.controller.cycle()
+    assert get(plane, waiting["id"])["phase"] == "PENDING"
+    scored = len(calls)
+    for _ in range(5):  # nothing changes: the queue is not re-scored every tick
+        plane.controller.cycle()
+    assert len(calls) == scored
+    plane.controller.admission_interval_s = 0  # the timer (fair share decays, estimates age) comes round
+    plane.controller.cycle()
+    assert len(calls) == scored + 1
+    plane.http.post(f"/api/jobs/{big['id']}/cancel", headers=plane.as_("alice"))  # an event: the GPUs free up
+    plane.controller.admission_interval_s = 3600
+    plane.run_until(waiting["id"], {Phase.RUNNING, Phase.SUCCEEDED})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
@@ -56,7 +56,12 @@ class Base(DeclarativeBase):
 
 class Job(Base):
     __tablename__ = "jobs"
-    __table_args__ = (UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),)
+    __table_args__ = (
+        UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
+        # the job lists (newest first, keyset-paged) of one user and of one desk: no sort of all their jobs
+        Index("ix_jobs_owner_created", "owner", "created_at", "id"),
+        Index("ix_jobs_tenant_created", "tenant", "created_at", "id"),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     idempotency_key: Mapped[str] = mapped_column(String(128))
