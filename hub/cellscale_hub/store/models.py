@@ -61,6 +61,8 @@ class Job(Base):
         # the job lists (newest first, keyset-paged) of one user and of one desk: no sort of all their jobs
         Index("ix_jobs_owner_created", "owner", "created_at", "id"),
         Index("ix_jobs_tenant_created", "tenant", "created_at", "id"),
+        # each cycle asks for warned jobs whose grace is over: almost none, among every job stored
+        Index("ix_jobs_preempt_deadline", "preempt_deadline"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from cellscale.spec import AheadView, FlavorUsage, PendingView, QueueUsage
@@ -104,15 +104,33 @@ def node_faults(session: Session, since: datetime) -> dict[str, list[tuple[str, 
 
 
 def gpu_hours(session: Session, now: datetime) -> dict[str, float]:
-    query = (
-        select(Job.cluster_queue, Job.gpus, Attempt.started_at, Attempt.ended_at)
+    """GPU-hours per cluster queue: ended attempts summed by the database (one row per queue,
+    however many jobs are stored), running ones here."""
+    seconds = _seconds_between(session, Attempt.started_at, Attempt.ended_at)
+    ended = (
+        select(Job.cluster_queue, func.sum(Job.gpus * seconds))
         .join(Attempt, Attempt.job_id == Job.id)
-        .where(Attempt.started_at.is_not(None))
+        .where(Attempt.started_at.is_not(None), Attempt.ended_at.is_not(None))
+        .group_by(Job.cluster_queue)
     )
     hours: dict[str, float] = defaultdict(float)
-    for cq, gpus, started, ended in session.execute(query):
-        hours[cq] += gpus * ((ended or now) - started).total_seconds() / 3600
+    for cq, total in session.execute(ended):
+        hours[cq] += float(total or 0) / 3600
+    running = (
+        select(Job.cluster_queue, Job.gpus, Attempt.started_at)
+        .join(Attempt, Attempt.job_id == Job.id)
+        .where(Attempt.started_at.is_not(None), Attempt.ended_at.is_(None))
+    )
+    for cq, gpus, started in session.execute(running):
+        hours[cq] += gpus * (now - started).total_seconds() / 3600
     return hours
+
+
+def _seconds_between(session: Session, start, end):
+    """SQL for `end - start` in seconds, on the store's dialect."""
+    if session.get_bind().dialect.name == "postgresql":
+        return func.extract("epoch", end - start)
+    return (func.julianday(end) - func.julianday(start)) * 86400.0
 
 
 def queue_usage(
@@ -122,9 +140,14 @@ def queue_usage(
     held: dict[tuple[str, str], int] = defaultdict(int)
     for h in holders(session):
         held[h.cluster_queue, h.flavor] += h.gpus
-    waiting: dict[str, list[int]] = defaultdict(list)
-    for cq, gpus in session.execute(select(Job.cluster_queue, Job.gpus).where(Job.phase == Phase.PENDING)):
-        waiting[cq].append(gpus)
+    waiting = {
+        cq: (count, gpus)
+        for cq, count, gpus in session.execute(
+            select(Job.cluster_queue, func.count(), func.sum(Job.gpus))
+            .where(Job.phase == Phase.PENDING)
+            .group_by(Job.cluster_queue)
+        )
+    }
     recent, hours = history(session, now, half_life_s), gpu_hours(session, now)
     out = []
     for name, cq in tenancy.cluster_queues.items():
@@ -148,8 +171,8 @@ def queue_usage(
                 cohort=cq.cohort,
                 weight=cq.weight,
                 flavors=flavors,
-                pending_jobs=len(waiting[name]),
-                pending_gpus=sum(waiting[name]),
+                pending_jobs=waiting.get(name, (0, 0))[0],
+                pending_gpus=int(waiting.get(name, (0, 0))[1] or 0),
                 recent_gpus=round(recent.get(name, 0.0), 3),
                 gpu_hours=round(hours.get(name, 0.0), 4),
             )

@@ -1,4 +1,5 @@
-"""list indexes: a user's and a desk's jobs newest first, without sorting all of them
+"""indexes: a user's and a desk's jobs newest first without sorting all of them; warned jobs
+without scanning every job each cycle
 
 Revision ID: 0004
 Revises: 0003
@@ -15,8 +16,10 @@ depends_on = None
 def upgrade() -> None:
     op.create_index("ix_jobs_owner_created", "jobs", ["owner", "created_at", "id"])
     op.create_index("ix_jobs_tenant_created", "jobs", ["tenant", "created_at", "id"])
+    op.create_index("ix_jobs_preempt_deadline", "jobs", ["preempt_deadline"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_preempt_deadline", table_name="jobs")
     op.drop_index("ix_jobs_tenant_created", table_name="jobs")
     op.drop_index("ix_jobs_owner_created", table_name="jobs")
