@@ -105,7 +105,8 @@ def stop_control_plane(cp: ControlPlane) -> None:
     """SIGTERM the control plane by the pid in server.json and wait; then stop any job
     supervisor it left running (they are detached on purpose, so they outlive it)."""
     _stop_pid(cp.pid)
-    for started in (cp.data_dir / "jobs").glob("*/attempts/*/started"):
+    jobs = cp.data_dir / "jobs"  # node<k>/started in the current job directory layout; started before it
+    for started in [*jobs.glob("*/attempts/*/node*/started"), *jobs.glob("*/attempts/*/started")]:
         try:
             pid = int(json.loads(started.read_text())["pid"])
         except (OSError, ValueError, KeyError):
