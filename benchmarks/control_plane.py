@@ -226,7 +226,8 @@ def populate(db_url: str, size: int, shape: str) -> dict:
         gpus = gpus or weighted(rng, GPUS)
         launcher = "plain" if source else weighted(rng, LAUNCHER)
         priority = weighted(rng, PRIORITY) if priority == "draw" else priority
-        where, spec = placement(owner, gpus, launcher, priority, 240 if source else rng.choice([30, 60, 120, 480]))
+        # a blocker's --time (30 min) also ends it should this script be killed before it stops it
+        where, spec = placement(owner, gpus, launcher, priority, 30 if source else rng.choice([30, 60, 120, 480]))
         stem = weighted(rng, NAME_STEMS)
         name = name or f"{stem}-{rng.randrange(1000)}"
         cell = source or rng.choice(CELLS).format(
@@ -1075,6 +1076,18 @@ def main() -> None:
     )
 
 
+def _die_with_parent() -> None:
+    """SIGTERM this control plane when the benchmark that started it dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:
+        raise SystemExit("the benchmark that started this control plane is gone")
+
+
 def child_main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=["populate", "serve"])
@@ -1091,6 +1104,7 @@ def child_main() -> None:
         # uvicorn re-raises the SIGTERM it handled once it has shut down; a no-op handler lets
         # serve() record its statistics before the process exits
         signal.signal(signal.SIGTERM, lambda *_: None)
+        _die_with_parent()
         serve(args.db_url, args.data_dir, args.info, args.sql_stats)
 
 
