@@ -114,7 +114,8 @@ class Controller:
             for step in (self.mirror_tenancy, self.send_cancels, self.reconcile):
                 self._isolated(step.__name__, name, partial(step, name, driver))
         try:
-            launches = self.admit() if self._admission_needed() else []
+            capacities = flavor_capacities(self.tenancy.current, self.drivers)
+            launches = self.admit(capacities) if self._admission_needed(capacities) else []
         except Exception:
             log.exception("admission failed; nothing was admitted this cycle")
             self._admission_due = True
@@ -149,13 +150,13 @@ class Controller:
             self._mirrored[backend] = revision
 
     # -- admission ---------------------------------------------------------------------------
-    def _admission_needed(self) -> bool:
-        inputs = (self.tenancy.revision, tuple(sorted(flavor_capacities(self.tenancy.current, self.drivers).items())))
+    def _admission_needed(self, capacities: dict[str, int]) -> bool:
+        inputs = (self.tenancy.revision, tuple(sorted(capacities.items())))
         changed = inputs != self._admission_inputs
         self._admission_inputs = inputs
         return self._admission_due or changed or time.monotonic() - self._admitted_at > self.admission_interval_s
 
-    def admit(self) -> list[tuple[Job, Attempt]]:
+    def admit(self, capacities: dict[str, int] | None = None) -> list[tuple[Job, Attempt]]:
         """One scheduling cycle: admit, warn victims, and record why the rest wait. Returns
         the attempts to launch (at most `launches_per_cycle`; the rest next cycle)."""
         tenancy = self.tenancy.current
@@ -165,7 +166,11 @@ class Controller:
             if not q.has_pending(session):
                 return []
             snap = usage.snapshot(
-                session, tenancy, flavor_capacities(tenancy, self.drivers), now, self.fair_share_half_life_s
+                session,
+                tenancy,
+                capacities if capacities is not None else flavor_capacities(tenancy, self.drivers),
+                now,
+                self.fair_share_half_life_s,
             )
         if not snap.pending:
             return []

@@ -16,18 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from cellscale.vocabulary import (  # noqa: F401 - the vocabulary is part of the wire contract, re-exported
-    ACTIVE_ATTEMPT_STATES,
-    TERMINAL_PHASES,
-    AttemptState,
-    EventKind,
-    EventReason,
-    ExitReason,
-    Fault,
-    Launcher,
-    PendingCode,
-    Phase,
-)
+from cellscale.vocabulary import AttemptState, EventKind, EventReason, Fault, Launcher, PendingCode, Phase
 
 MAX_INPUTS_BYTES = 64 * 1024 * 1024
 """Largest pickled input bundle a job may carry (64 MiB). Ship bigger data by URL."""

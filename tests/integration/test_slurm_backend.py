@@ -94,10 +94,11 @@ def test_switches_keep_the_gang_under_one_leaf(slurm_plane, slurm_cluster):
     assert nodes in ("node[1-2]", "node[3-4]"), nodes
 
 
-def test_a_node_downed_mid_run_is_excluded_and_the_job_resumes_to_the_same_result(slurm_plane, slurm_cluster):
-    ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=slurm_cluster.jobs_dir))
+def submit_training(plane, cluster) -> dict:
+    """alice's 2-node torchrun training cell, checkpointing to a folder she can write."""
+    ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=cluster.jobs_dir))
     ckpt.chmod(0o777)  # the job runs as alice
-    job = slurm_plane.submit(
+    return plane.submit(
         "alice",
         source=TRAIN,
         launcher="torchrun",
@@ -105,6 +106,10 @@ def test_a_node_downed_mid_run_is_excluded_and_the_job_resumes_to_the_same_resul
         resources={"nodes": 2, "gpus_per_node": 1},
         env={"CKPT_URL": str(ckpt)},
     ).json()
+
+
+def test_a_node_downed_mid_run_is_excluded_and_the_job_resumes_to_the_same_result(slurm_plane, slurm_cluster):
+    job = submit_training(slurm_plane, slurm_cluster)
     running = wait_for_step(slurm_plane, job["id"], 8)
     slurm_id = running["attempts"][0]["backend_ref"]
     node = subprocess.run(
@@ -140,16 +145,7 @@ def test_a_node_downed_mid_run_is_excluded_and_the_job_resumes_to_the_same_resul
 
 
 def test_a_killed_rank_on_slurm_is_retried_and_resumes_to_the_same_result(slurm_plane, slurm_cluster):
-    ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=slurm_cluster.jobs_dir))
-    ckpt.chmod(0o777)
-    job = slurm_plane.submit(
-        "alice",
-        source=TRAIN,
-        launcher="torchrun",
-        outputs=["total"],
-        resources={"nodes": 2, "gpus_per_node": 1},
-        env={"CKPT_URL": str(ckpt)},
-    ).json()
+    job = submit_training(slurm_plane, slurm_cluster)
     wait_for_step(slurm_plane, job["id"], 8)
     job_dir = Path(slurm_plane.jobs_root) / job["id"]
     ranks = subprocess.run(
