@@ -250,7 +250,6 @@ def populate(db_url: str, size: int, shape: str) -> dict:
             gpus=gpus,
             phase=phase,
             reason="waiting for admission",
-            pending=None,
             preempt_deadline=None,
             preempt_reason=None,
             excluded_nodes=[],
@@ -542,6 +541,7 @@ def serve(db_url: str, data_dir: Path, info_file: Path, sql_stats: bool) -> None
     ctx = Context(
         store=store,
         wake=controller.wake,
+        **({"waiting": controller.waiting} if hasattr(controller, "waiting") else {}),  # a revision with a WaitingBoard
         drivers=drivers,
         tenancy=tenancy,
         identity=TableIdentity(),
@@ -693,20 +693,19 @@ def time_route(client: httpx.Client, token: str, path, requests: int, budget_s: 
     }
 
 
-def reasons(engine) -> dict[str, str]:
-    """Every pending job's recorded reason (its PendingView as stored)."""
-    from sqlalchemy import text
+def reasons(client: httpx.Client) -> dict[str, str]:
+    """The reasons of the newest 500 pending jobs as the API shows them (the admin's view):
+    the same check for a revision that stores reasons and one that keeps them in memory."""
+    page = client.get(
+        "/api/jobs?scope=all&phase=PENDING&limit=500", headers={"Authorization": "token tok-admin"}
+    ).json()
+    return {job["id"]: json.dumps(job["pending"], sort_keys=True) for job in page["items"]}
 
-    with engine.connect() as conn:
-        rows = conn.execute(text("SELECT id, pending FROM jobs WHERE phase = 'PENDING'")).all()
-    return {i: p if isinstance(p, str) else json.dumps(p, sort_keys=True) for i, p in rows}
 
-
-def wait_settled(url: str, engine, blockers: list[str], timeout: float = 600) -> tuple[float, dict]:
-    """Until both blockers run, every pending job has its reason, and no reason changed over 3 s
-    (the admission that follows the blockers' start rewrites them): (seconds it took, digest)."""
-    from sqlalchemy import text
-
+def wait_settled(url: str, blockers: list[str], timeout: float = 600) -> tuple[float, dict]:
+    """Until both blockers run, every pending job shown has its reason, and no reason changed
+    over 3 s (the admission that follows the blockers' start rewrites them): (seconds it took,
+    the reasons)."""
     t0 = time.monotonic()
     with httpx.Client(base_url=url, timeout=60) as client:
         while True:
@@ -714,14 +713,11 @@ def wait_settled(url: str, engine, blockers: list[str], timeout: float = 600) ->
                 client.get(f"/api/jobs/{b}", headers={"Authorization": "token tok-admin"}).json()["phase"]
                 for b in blockers
             ]
-            with engine.connect() as conn:
-                unexplained = conn.execute(
-                    text("SELECT count(*) FROM jobs WHERE phase = 'PENDING' AND pending IS NULL")
-                ).scalar()
+            shown = reasons(client)
+            unexplained = sum(1 for r in shown.values() if r == "null")
             if phases == ["RUNNING", "RUNNING"] and unexplained == 0:
-                before = reasons(engine)
                 time.sleep(3)
-                if (after := reasons(engine)) == before:
+                if (after := reasons(client)) == shown:
                     return time.monotonic() - t0, after
                 continue
             if "FAILED" in phases or time.monotonic() - t0 > timeout:
@@ -791,8 +787,7 @@ def run_case(store: str, size: int, shape: str, tree: Path | None, args, pg_base
         cp = ControlPlane(info["url"], "", child.pid, data_dir)
         started = time.time()
 
-        engine = create_engine(db_url)
-        settle_s, before = wait_settled(cp.url, engine, pop["blockers"])
+        settle_s, before = wait_settled(cp.url, pop["blockers"])
         print(f"  settled in {settle_s:.1f} s (blockers running, every pending job has its reason)", flush=True)
         hz = os.sysconf("SC_CLK_TCK")
         w0, c0 = time.time(), cpu_ticks(child.pid)
@@ -803,7 +798,8 @@ def run_case(store: str, size: int, shape: str, tree: Path | None, args, pg_base
         p1 = pg_backend_ticks(dbname) if dbname else 0
         idle_cpu = 100 * (c1 - c0) / hz / (w1 - w0)
         pg_cpu = 100 * (p1 - p0) / hz / (w1 - w0) if dbname else None
-        after = reasons(engine)
+        with httpx.Client(base_url=cp.url, timeout=60) as client:
+            after = reasons(client)
         changed = [i for i in after if after[i] != before.get(i)]
         example = {"job": changed[0], "before": before.get(changed[0]), "after": after[changed[0]]} if changed else None
         mem_idle = memory(child.pid)
@@ -832,7 +828,6 @@ def run_case(store: str, size: int, shape: str, tree: Path | None, args, pg_base
             keep.close()
             fresh.close()
         mem = memory(child.pid)
-        engine.dispose()
     finally:
         if cp is not None:
             stop_control_plane(cp)  # SIGTERM, wait; then the blockers' supervisors

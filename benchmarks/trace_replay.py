@@ -415,7 +415,8 @@ class Sim:
             if not decision.admit or not decision.pending:
                 return  # nothing admitted, or nothing left waiting
             if not self.settle and not any(
-                r.position == 1 and r.code != "Preempting" and r.available >= r.needs for r in decision.pending.values()
+                r.position == 1 and r.code != "Preempting" and r.available >= r.needs
+                for r in decision.pending.explicit.values()  # queued jobs are at position 2 or later
             ):
                 return  # see the module docstring: only a head held back by a claim can be admitted in a second pass
             if run:

@@ -243,6 +243,7 @@ class ControlPlane(Application):
         ctx = Context(
             store=store,
             wake=controller.wake,
+            waiting=controller.waiting,
             drivers=drivers,
             tenancy=tenancy,
             identity=identity,

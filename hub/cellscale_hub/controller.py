@@ -17,8 +17,6 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
-from sqlalchemy import select
-
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, AttemptState, EventKind, EventReason, Fault, Phase
 from cellscale_hub.bundles import BundleStore
@@ -26,13 +24,14 @@ from cellscale_hub.drivers import AttemptRef, Driver, Observation, flavor_capaci
 from cellscale_hub.faults import decide
 from cellscale_hub.lifecycle import outcome_of
 from cellscale_hub.refs import attempt_ref
-from cellscale_hub.scheduling.admission import Admission, Preemption, schedule
+from cellscale_hub.scheduling.admission import Admission, Preemption, Reasons, schedule
 from cellscale_hub.scheduling.capacity import allocate
-from cellscale_hub.store import Store, usage
+from cellscale_hub.store import Store, totals, usage
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Attempt, Job, utcnow
 from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy
+from cellscale_hub.waiting import WaitingBoard
 
 log = logging.getLogger("cellscale.controller")
 
@@ -52,6 +51,7 @@ class Controller:
         heartbeat_timeout_s: float = 60.0,
         bundle_sweep_s: float = 600.0,
         admission_interval_s: float = 30.0,
+        waiting: WaitingBoard | None = None,
     ):
         self.store = store
         self.drivers = drivers
@@ -77,6 +77,8 @@ class Controller:
         self._admission_due = True
         self._admission_inputs: tuple | None = None
         self._admitted_at = 0.0
+        self._pending = usage.PendingWorkloads()
+        self.waiting = waiting or WaitingBoard()  # why each pending job waits, for the API
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -163,18 +165,20 @@ class Controller:
         now = utcnow()
         self._admission_due, self._admitted_at = False, time.monotonic()
         with self.store.session() as session:
-            if not q.has_pending(session):
+            pending = self._pending.read(session, tenancy, self.tenancy.revision)
+            if not pending:
+                self.waiting.publish(Reasons())
                 return []
             snap = usage.snapshot(
                 session,
                 tenancy,
+                pending,
                 capacities if capacities is not None else flavor_capacities(tenancy, self.drivers),
                 now,
                 self.fair_share_half_life_s,
             )
-        if not snap.pending:
-            return []
         decision = schedule(snap)
+        self.waiting.publish(decision.pending)
         grants = decision.admit[: self.launches_per_cycle]
         if len(decision.admit) > len(grants):
             self.wake()  # the rest in the next cycle, right after a poll
@@ -191,7 +195,6 @@ class Controller:
                 warning = self._start_preemption(session, preemption, now)
                 if warning:
                     warnings.append(warning)
-            self._record_reasons(session, decision)
         for backend, ref in warnings:
             self._isolated("warn", backend, partial(self.drivers[backend].warn, ref))
         return launches
@@ -207,6 +210,7 @@ class Controller:
         job = session.get(Job, grant.job_id)
         if job is None or job.phase is not Phase.PENDING or job.cancel_requested:
             return None
+        self._pending.forget(job.id)  # if it comes back to the queue, it may be on another backend
         backend = tenancy.flavors[grant.flavor].backend
         driver = self.drivers[backend]
         gpu_ids: list[int] = []
@@ -215,7 +219,7 @@ class Controller:
             if len(gpu_ids) < job.gpus:
                 return None  # quota says yes, the machine is still busy: next cycle
             in_use[backend].extend(gpu_ids)
-        job.backend, job.flavor, job.borrowed, job.pending = backend, grant.flavor, grant.borrowed, None
+        job.backend, job.flavor, job.borrowed = backend, grant.flavor, grant.borrowed
         attempt = Attempt(
             job_id=job.id, number=len(job.attempts) + 1, backend=backend, state=AttemptState.SUBMITTING, gpu_ids=gpu_ids
         )
@@ -248,17 +252,6 @@ class Controller:
             "(checkpoint now to lose nothing)",
         )
         return job.backend, self.ref(job, attempt)
-
-    @staticmethod
-    def _record_reasons(session, decision) -> None:
-        """Write each waiting job's reason only when it changed (most cycles change none)."""
-        if not decision.pending:
-            return
-        current = dict(session.execute(select(Job.id, Job.pending).where(Job.phase == Phase.PENDING)).all())
-        for job_id, reason in decision.pending.items():
-            view = usage.pending_view(reason).model_dump(mode="json")
-            if current.get(job_id) != view:
-                q.set_pending(session, job_id, view, reason.message)
 
     def launch(self, driver: Driver, job: Job, attempt: Attempt, resubmit: bool = False) -> None:
         ref = dataclasses.replace(self.ref(job, attempt), resubmit=resubmit)
@@ -381,6 +374,9 @@ class Controller:
         self._admission_due = True  # its GPUs are free, or it is back in the queue
         attempt.state, attempt.exit_code, attempt.end_reason = obs.state, obs.exit_code, obs.reason
         attempt.ended_at = utcnow()
+        if attempt.started_at:
+            held_s = (attempt.ended_at - attempt.started_at).total_seconds()
+            totals.note_ended(session, job.cluster_queue, job.gpus * held_s)
         attempt.failed_nodes = list(obs.failed_nodes)
         preempted = (
             job.preempt_deadline is not None and not job.cancel_requested and obs.state is not AttemptState.SUCCEEDED

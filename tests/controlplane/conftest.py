@@ -19,6 +19,7 @@ from cellscale_hub.controller import Controller
 from cellscale_hub.drivers.local import LocalDriver
 from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy
+from cellscale_hub.waiting import WaitingBoard
 
 USERS = {
     "alice": Principal("alice", ("desk-a",), ALL_SCOPES),
@@ -73,6 +74,7 @@ class Plane:
         self.drivers = drivers or {"local": self.driver}
         self.tenancy = TenancyBook(store)
         self.tenancy.seed(tenancy, actor="test")
+        self.waiting = WaitingBoard()
         self.controller = self.make_controller(self.drivers)
         ctx = Context(
             store=store,
@@ -83,11 +85,14 @@ class Plane:
             jobs_root=self.jobs_root,
             bundles=self.bundles,
             prefix="/",
+            waiting=self.waiting,
         )
         self.http = TestClient(build_app(ctx))
 
     def make_controller(self, drivers, **settings):
-        return Controller(self.store, drivers, self.jobs_root, self.bundles, self.tenancy, **settings)
+        return Controller(
+            self.store, drivers, self.jobs_root, self.bundles, self.tenancy, waiting=self.waiting, **settings
+        )
 
     def as_(self, user: str) -> dict:
         return {"Authorization": f"token {user}"}
@@ -100,8 +105,10 @@ class Plane:
     def restart(self):
         """A new controller and driver over the same store and job dirs: what kill -9 leaves."""
         self.driver = local_driver(self.driver.gpus)
+        self.waiting = WaitingBoard()  # reasons are the controller's memory: gone until its first cycle
         self.controller = self.make_controller({"local": self.driver})
         self.http.app.state.ctx.drivers = {"local": self.driver}
+        self.http.app.state.ctx.waiting = self.waiting
 
     def run_until(self, job_id, phases, timeout=120):
         deadline = time.monotonic() + timeout

@@ -113,34 +113,3 @@ def test_timestamps_are_utc_aware(store):
         q.insert_job(s, make_job())
     with store.session() as s:
         assert s.get(Job, "cs-1").created_at.utcoffset() == timedelta(0)
-
-
-def test_gpu_hours_are_summed_by_the_database_and_running_attempts_counted_to_now(store):
-    from cellscale_hub.store import usage
-    from cellscale_hub.store.models import Attempt
-
-    now = utcnow()
-    with store.session() as session:
-        for job_id, cq, gpus, started_h, ended_h in [
-            ("cs-a", "desk-a", 4, 3.0, 1.0),  # 4 GPUs for 2 h
-            ("cs-b", "desk-a", 2, 1.5, None),  # still running: 2 GPUs for 1.5 h so far
-            ("cs-c", "desk-b", 8, 0.5, 0.25),  # 8 GPUs for 15 min
-        ]:
-            job = make_job(job_id, key=job_id)
-            job.cluster_queue, job.gpus = cq, gpus
-            session.add(job)
-            session.flush()
-            ended = now - timedelta(hours=ended_h) if ended_h is not None else None
-            session.add(
-                Attempt(
-                    job_id=job_id,
-                    number=1,
-                    backend="local",
-                    state="RUNNING",
-                    started_at=now - timedelta(hours=started_h),
-                    ended_at=ended,
-                )
-            )
-    with store.session() as session:
-        hours = usage.gpu_hours(session, now)
-    assert hours == pytest.approx({"desk-a": 4 * 2 + 2 * 1.5, "desk-b": 8 * 0.25}, rel=1e-4)

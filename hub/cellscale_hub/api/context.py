@@ -1,11 +1,12 @@
 """What the handlers share: the store, the drivers, tenancy, identity, the settings they
-report, and a way to wake the controller. The API never reaches into the controller."""
+report, a way to wake the controller and the reasons it publishes. The API never reaches
+into the controller."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import Depends, HTTPException, Request
@@ -16,6 +17,7 @@ from cellscale_hub.bundles import BundleStore
 from cellscale_hub.drivers import Driver
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
+from cellscale_hub.waiting import WaitingBoard
 
 OAUTH_COOKIE = "cellscale-oauth"
 
@@ -41,6 +43,7 @@ class Context:
     prefix: str
     settings: Settings = Settings()
     hub_oauth: object | None = None
+    waiting: WaitingBoard = field(default_factory=WaitingBoard)  # the controller's: why pending jobs wait
 
     def new_job_id(self) -> str:
         return "cs-" + secrets.token_hex(6)

@@ -20,7 +20,7 @@ Rules, in order:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from cellscale.vocabulary import PendingCode
@@ -106,11 +106,47 @@ class PendingReason:
     estimated_start: float | None = None
 
 
+class Reasons(Mapping[str, PendingReason]):
+    """Why each waiting job waits. The heads' reasons are built in the cycle; a job queued
+    behind a blocked head gets its reason (position, the head it waits behind) only when
+    asked, so a cycle over 100k waiting jobs builds a hundred reasons, not 100k."""
+
+    def __init__(self) -> None:
+        self.explicit: dict[str, PendingReason] = {}
+        self._lines: list[tuple[Workload, dict[str, Workload], dict[str, int]]] = []  # head, behind, positions
+
+    def queue_behind(self, head: Workload, behind: list[Workload], start: int) -> None:
+        jobs = {job.job_id: job for job in behind}
+        self._lines.append((head, jobs, dict(zip(jobs, range(start, start + len(jobs)), strict=True))))
+
+    def __setitem__(self, job_id: str, reason: PendingReason) -> None:
+        self.explicit[job_id] = reason
+
+    def __getitem__(self, job_id: str) -> PendingReason:
+        if job_id in self.explicit:
+            return self.explicit[job_id]
+        for head, jobs, positions in self._lines:  # one line per blocked queue: a hundred, not 100k
+            if job_id in jobs:
+                return _queued(self.explicit[head.job_id], head, jobs[job_id], positions[job_id])
+        raise KeyError(job_id)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.explicit or any(job_id in jobs for _, jobs, _ in self._lines)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.explicit
+        for _, jobs, _ in self._lines:
+            yield from jobs
+
+    def __len__(self) -> int:
+        return len(self.explicit) + sum(len(jobs) for _, jobs, _ in self._lines)
+
+
 @dataclass
 class Decision:
     admit: list[Admission] = field(default_factory=list)
     preempt: list[Preemption] = field(default_factory=list)
-    pending: dict[str, PendingReason] = field(default_factory=dict)
+    pending: Reasons = field(default_factory=Reasons)
 
 
 # -- usage bookkeeping --------------------------------------------------------------------
@@ -247,7 +283,7 @@ def schedule(snap: Snapshot) -> Decision:
         decision.pending[job.job_id] = _blocked_reason(snap, usage, job, flavors, cycle)
         for f in flavors:
             cycle.claims.setdefault((usage.root[cq], f), job)
-        _explain_behind(decision, queues[cq][heads[cq] + 1 :], job, start=2)
+        decision.pending.queue_behind(job, queues[cq][heads[cq] + 1 :], start=2)
         del heads[cq]
     return decision
 
@@ -505,18 +541,15 @@ def _estimate(snap: Snapshot, holders: list[Holder], shortfall: int) -> float | 
     return None
 
 
-def _explain_behind(decision: Decision, behind: list[Workload], head: Workload, start: int) -> None:
-    ahead = (Ahead(head.job_id, head.cluster_queue, head.gpus, "next in queue"),)
-    head_reason = decision.pending[head.job_id]
-    for position, job in enumerate(behind, start=start):
-        decision.pending[job.job_id] = PendingReason(
-            PendingCode.Queued,
-            f"position {position} in queue {job.cluster_queue}, behind {head.job_id} "
-            f"which waits for {head.gpus} GPU(s); it needs {job.gpus}",
-            position,
-            head_reason.flavor,
-            job.gpus,
-            head_reason.available,
-            ahead,
-            None,
-        )
+def _queued(head_reason: PendingReason, head: Workload, job: Workload, position: int) -> PendingReason:
+    return PendingReason(
+        PendingCode.Queued,
+        f"position {position} in queue {job.cluster_queue}, behind {head.job_id} "
+        f"which waits for {head.gpus} GPU(s); it needs {job.gpus}",
+        position,
+        head_reason.flavor,
+        job.gpus,
+        head_reason.available,
+        (Ahead(head.job_id, head.cluster_queue, head.gpus, "next in queue"),),
+        None,
+    )

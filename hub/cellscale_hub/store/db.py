@@ -11,6 +11,8 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from cellscale_hub.store import totals
+
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
@@ -45,6 +47,7 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        totals.keep_on_commit(self._sessions)
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (safe to call on every start)."""

@@ -9,13 +9,14 @@ import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from cellscale.spec import AttemptView, EventView, JobSpec, JobView, PendingView
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, ACTIVE_PHASES, TERMINAL_PHASES, EventKind, EventReason, Phase
 from cellscale_hub.lifecycle import check_transition
+from cellscale_hub.store import totals
 from cellscale_hub.store.models import Attempt, Event, Job, utcnow
 
 MAX_ID = 2**31 - 1
@@ -43,6 +44,8 @@ def insert_job(session: Session, job: Job) -> tuple[Job, bool]:
                     actor=job.owner,
                     message=f"submitted to queue {job.queue} on backend {job.backend}",
                 )
+            if job.phase is Phase.PENDING:
+                totals.note_pending(session, job.cluster_queue, 1, job.gpus)
             return job, True
         except IntegrityError:  # a concurrent retry of the same submit won the race
             existing = find_by_key(session, job.owner, job.idempotency_key)
@@ -101,6 +104,9 @@ def transition(
     if current is target:
         return
     check_transition(current, target)
+    if Phase.PENDING in (current, target):
+        sign = 1 if target is Phase.PENDING else -1
+        totals.note_pending(session, job.cluster_queue, sign, sign * job.gpus)
     job.phase, job.reason, job.updated_at = target, message or reason, utcnow()
     if target is Phase.RUNNING and job.started_at is None:
         job.started_at = job.updated_at
@@ -124,21 +130,15 @@ def active_attempts(session: Session, backend: str) -> list[Attempt]:
     return list(session.scalars(query.order_by(Attempt.id)))
 
 
-def has_pending(session: Session) -> bool:
-    return session.scalar(select(Job.id).where(Job.phase == Phase.PENDING).limit(1)) is not None
-
-
-def set_pending(session: Session, job_id: str, pending: dict, reason: str) -> None:
-    session.execute(update(Job).where(Job.id == job_id).values(pending=pending, reason=reason))
-
-
 def bundles_in_use(session: Session) -> dict[str, set[str]]:
-    """owner → the input bundles their waiting or running jobs were submitted with."""
+    """owner → the input bundles their waiting or running jobs were submitted with (the few
+    jobs with inputs, from their index: not every job's spec)."""
     used: dict[str, set[str]] = {}
-    query = select(Job.owner, Job.spec).where(Job.phase.not_in(TERMINAL_PHASES))
-    for owner, spec in session.execute(query):
-        if spec.get("inputs_sha256"):
-            used.setdefault(owner, set()).add(spec["inputs_sha256"])
+    query = select(Job.owner, Job.inputs_sha256).where(
+        Job.inputs_sha256.is_not(None), Job.phase.not_in(TERMINAL_PHASES)
+    )
+    for owner, sha256 in session.execute(query):
+        used.setdefault(owner, set()).add(sha256)
     return used
 
 
@@ -206,7 +206,10 @@ def events_of(session: Session, job_id: str, after: int = 0) -> list[Event]:
     return list(session.scalars(query))
 
 
-def job_view(job: Job) -> JobView:
+def job_view(job: Job, waiting: PendingView | None = None) -> JobView:
+    """The job as the API shows it; `waiting`: why it waits, when it is pending (the
+    newest admission cycle's reason, from the WaitingBoard)."""
+    waiting = waiting if job.phase is Phase.PENDING else None
     return JobView(
         id=job.id,
         name=job.name,
@@ -219,9 +222,9 @@ def job_view(job: Job) -> JobView:
         priority=job.priority,
         borrowed=job.borrowed,
         phase=job.phase,
-        reason=job.reason,
+        reason=waiting.message if waiting else job.reason,
         spec=JobSpec.model_validate(job.spec),
-        pending=PendingView.model_validate(job.pending) if job.pending and job.phase is Phase.PENDING else None,
+        pending=waiting,
         preempting=job.preempt_deadline is not None,
         excluded_nodes=list(job.excluded_nodes or []),
         created_at=job.created_at,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Double, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
@@ -61,6 +61,7 @@ class Job(Base):
         # the job lists (newest first, keyset-paged) of one user and of one desk: no sort of all their jobs
         Index("ix_jobs_owner_created", "owner", "created_at", "id"),
         Index("ix_jobs_tenant_created", "tenant", "created_at", "id"),
+        Index("ix_jobs_owner_phase_created", "owner", "phase", "created_at", "id"),  # "my failed jobs"
         # each cycle asks for warned jobs whose grace is over: almost none, among every job stored
         Index("ix_jobs_preempt_deadline", "preempt_deadline"),
     )
@@ -77,10 +78,10 @@ class Job(Base):
     borrowed: Mapped[int] = mapped_column(Integer, default=0)
     name: Mapped[str] = mapped_column(String(63))
     spec: Mapped[dict] = mapped_column(JSON)
+    inputs_sha256: Mapped[str | None] = mapped_column(String(64), index=True)  # its inputs bundle, if any
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     phase: Mapped[Phase] = mapped_column(Vocabulary(Phase, 16), index=True)
     reason: Mapped[str | None] = mapped_column(Text)
-    pending: Mapped[dict | None] = mapped_column(JSON)  # why it waits, structured (PendingView)
     preempt_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)  # warned: cancel at this time
     preempt_reason: Mapped[str | None] = mapped_column(Text)
     excluded_nodes: Mapped[list] = mapped_column(JSON, default=list)  # nodes that failed it: avoided
@@ -101,7 +102,11 @@ class Job(Base):
 
 class Attempt(Base):
     __tablename__ = "attempts"
-    __table_args__ = (UniqueConstraint("job_id", "number", name="uq_attempts_job_number"),)
+    __table_args__ = (
+        UniqueConstraint("job_id", "number", name="uq_attempts_job_number"),
+        # fair-share history and node faults read the attempts that ended recently, not all of them
+        Index("ix_attempts_ended_at", "ended_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -124,6 +129,18 @@ class Attempt(Base):
     resumed_step: Mapped[int | None] = mapped_column(Integer)  # reported by the job once it loaded a checkpoint
 
     job: Mapped[Job] = relationship(back_populates="attempts")
+
+
+class QueueTotal(Base):
+    """Per cluster queue, what the quota and admin reports add up, kept by the transactions
+    that change it (store.totals): jobs and GPUs waiting, GPU-seconds of ended attempts."""
+
+    __tablename__ = "queue_totals"
+
+    cluster_queue: Mapped[str] = mapped_column(String(63), primary_key=True)
+    pending_jobs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    pending_gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    ended_gpu_seconds: Mapped[float] = mapped_column(Double, default=0.0, server_default="0")
 
 
 class Event(Base):

@@ -1,51 +1,92 @@
 """The store as admission and reports see it: the snapshot one scheduling cycle decides on
 (columns only, so a queue of 100k jobs stays cheap to read), the quota usage desks and
-admins see, and a pending reason as the wire shows it."""
+admins see."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from cellscale.spec import AheadView, FlavorUsage, PendingView, QueueUsage
-from cellscale.vocabulary import QUOTA_HOLDING_PHASES, Fault, Phase
-from cellscale_hub.scheduling.admission import Holder, PendingReason, Snapshot, Workload
+from cellscale.spec import FlavorUsage, QueueUsage
+from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, QUOTA_HOLDING_PHASES, Fault, Phase
+from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
-from cellscale_hub.store.models import Attempt, Job
+from cellscale_hub.store import totals
+from cellscale_hub.store.models import Attempt, Job, QueueTotal
 from cellscale_hub.tenancy import Tenancy
 
 HISTORY_HALF_LIVES = 8  # older use weighs under 0.4%: not worth reading
 
 
 def snapshot(
-    session: Session, tenancy: Tenancy, capacity: dict[str, int], now: datetime, half_life_s: float
+    session: Session,
+    tenancy: Tenancy,
+    pending: list[Workload],
+    capacity: dict[str, int],
+    now: datetime,
+    half_life_s: float,
 ) -> Snapshot:
     return Snapshot(
         tenancy=tenancy,
         capacity=capacity,
         holders=tuple(holders(session)),
-        pending=tuple(pending_workloads(session, tenancy)),
+        pending=tuple(pending),
         history=history(session, now, half_life_s),
         now=now.timestamp(),
     )
 
 
-def pending_workloads(session: Session, tenancy: Tenancy) -> list[Workload]:
-    """Columns only (no ORM objects, no spec): a queue of 100k jobs stays cheap to read. A
-    job may use its queue's flavors on the backend its spec was shaped for."""
+class PendingWorkloads:
+    """The waiting jobs as admission sees them, kept between cycles. A cycle reads only the
+    ids of the waiting jobs (from the phase index) and loads the columns of those it has
+    not seen, so a queue of 100k costs one narrow read, not 100k rows of Python. A job's
+    workload does not change while it waits; one that is admitted is forgotten (it may
+    come back on another backend), and a new tenancy revision reloads them all (flavors)."""
+
+    BATCH = 500  # ids per IN list
+
+    def __init__(self) -> None:
+        self._known: dict[str, Workload] = {}
+        self._revision: int | None = None
+
+    def forget(self, job_id: str) -> None:
+        self._known.pop(job_id, None)
+
+    def read(self, session: Session, tenancy: Tenancy, revision: int) -> list[Workload]:
+        if revision != self._revision:
+            self._known, self._revision = {}, revision
+        waiting = set(
+            session.scalars(select(Job.id).where(Job.phase == Phase.PENDING, Job.cancel_requested.is_(False)))
+        )
+        for gone in self._known.keys() - waiting:
+            del self._known[gone]
+        new = sorted(waiting - self._known.keys())
+        for start in range(0, len(new), self.BATCH):
+            for workload in _workloads(session, tenancy, new[start : start + self.BATCH]):
+                self._known[workload.job_id] = workload
+        return list(self._known.values())
+
+
+def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workload]:
+    """A job may use its queue's flavors on the backend its spec was shaped for."""
     query = select(Job.id, Job.cluster_queue, Job.gpus, Job.priority, Job.created_at, Job.backend, Job.tenant).where(
-        Job.phase == Phase.PENDING, Job.cancel_requested.is_(False)
+        Job.id.in_(ids)
     )
+    flavors: dict[tuple[str, str], tuple[str, ...]] = {}
     out = []
     for row in session.execute(query):
         if row.cluster_queue not in tenancy.cluster_queues:
             continue  # its queue was removed: it waits until an admin restores it (reason set at submit)
-        flavors = tuple(tenancy.flavors_for(row.cluster_queue, row.backend))  # shaped for this backend
+        key = (row.cluster_queue, row.backend)
+        if key not in flavors:
+            flavors[key] = tuple(tenancy.flavors_for(*key))  # shaped for this backend
         out.append(
-            Workload(row.id, row.cluster_queue, row.gpus, row.priority, row.created_at.timestamp(), flavors, row.tenant)
+            Workload(
+                row.id, row.cluster_queue, row.gpus, row.priority, row.created_at.timestamp(), flavors[key], row.tenant
+            )
         )
     return out
 
@@ -74,20 +115,22 @@ def holder_of(job: Job) -> Holder:
 
 
 def history(session: Session, now: datetime, half_life_s: float) -> dict[str, float]:
-    """Recent average GPUs per cluster queue, decayed with the half-life."""
+    """Recent average GPUs per cluster queue, decayed with the half-life: the attempts that
+    run and those that ended within HISTORY_HALF_LIVES (two indexed reads, not all attempts)."""
     if half_life_s <= 0:
         return {}
     since = now - timedelta(seconds=HISTORY_HALF_LIVES * half_life_s)
-    query = (
-        select(Job.cluster_queue, Job.gpus, Attempt.started_at, Attempt.ended_at)
-        .join(Attempt, Attempt.job_id == Job.id)
-        .where(Attempt.started_at.is_not(None), or_(Attempt.ended_at.is_(None), Attempt.ended_at > since))
+    columns = select(Job.cluster_queue, Job.gpus, Attempt.started_at, Attempt.ended_at).join(
+        Attempt, Attempt.job_id == Job.id
     )
+    running = columns.where(Attempt.state.in_(ACTIVE_ATTEMPT_STATES), Attempt.ended_at.is_(None))
+    recent = columns.where(Attempt.ended_at > since)
     decayed: dict[str, float] = defaultdict(float)
     t = now.timestamp()
-    for cq, gpus, started, ended in session.execute(query):
-        end = ended.timestamp() if ended else t
-        decayed[cq] += decayed_gpu_seconds(gpus, started.timestamp(), end, t, half_life_s)
+    for query in (running, recent):
+        for cq, gpus, started, ended in session.execute(query.where(Attempt.started_at.is_not(None))):
+            end = ended.timestamp() if ended else t
+            decayed[cq] += decayed_gpu_seconds(gpus, started.timestamp(), end, t, half_life_s)
     return {cq: average_gpus(value, half_life_s) for cq, value in decayed.items()}
 
 
@@ -103,34 +146,19 @@ def node_faults(session: Session, since: datetime) -> dict[str, list[tuple[str, 
     return found
 
 
-def gpu_hours(session: Session, now: datetime) -> dict[str, float]:
-    """GPU-hours per cluster queue: ended attempts summed by the database (one row per queue,
-    however many jobs are stored), running ones here."""
-    seconds = _seconds_between(session, Attempt.started_at, Attempt.ended_at)
-    ended = (
-        select(Job.cluster_queue, func.sum(Job.gpus * seconds))
-        .join(Attempt, Attempt.job_id == Job.id)
-        .where(Attempt.started_at.is_not(None), Attempt.ended_at.is_not(None))
-        .group_by(Job.cluster_queue)
-    )
+def gpu_hours(session: Session, now: datetime, ended: dict[str, QueueTotal]) -> dict[str, float]:
+    """GPU-hours per cluster queue: ended attempts from the queue totals, running ones here."""
     hours: dict[str, float] = defaultdict(float)
-    for cq, total in session.execute(ended):
-        hours[cq] += float(total or 0) / 3600
+    for cq, total in ended.items():
+        hours[cq] += total.ended_gpu_seconds / 3600
     running = (
         select(Job.cluster_queue, Job.gpus, Attempt.started_at)
         .join(Attempt, Attempt.job_id == Job.id)
-        .where(Attempt.started_at.is_not(None), Attempt.ended_at.is_(None))
+        .where(Attempt.state.in_(ACTIVE_ATTEMPT_STATES), Attempt.started_at.is_not(None), Attempt.ended_at.is_(None))
     )
     for cq, gpus, started in session.execute(running):
         hours[cq] += gpus * (now - started).total_seconds() / 3600
     return hours
-
-
-def _seconds_between(session: Session, start, end):
-    """SQL for `end - start` in seconds, on the store's dialect."""
-    if session.get_bind().dialect.name == "postgresql":
-        return func.extract("epoch", end - start)
-    return (func.julianday(end) - func.julianday(start)) * 86400.0
 
 
 def queue_usage(
@@ -140,15 +168,8 @@ def queue_usage(
     held: dict[tuple[str, str], int] = defaultdict(int)
     for h in holders(session):
         held[h.cluster_queue, h.flavor] += h.gpus
-    waiting = {
-        cq: (count, gpus)
-        for cq, count, gpus in session.execute(
-            select(Job.cluster_queue, func.count(), func.sum(Job.gpus))
-            .where(Job.phase == Phase.PENDING)
-            .group_by(Job.cluster_queue)
-        )
-    }
-    recent, hours = history(session, now, half_life_s), gpu_hours(session, now)
+    counted = totals.read(session)
+    recent, hours = history(session, now, half_life_s), gpu_hours(session, now, counted)
     out = []
     for name, cq in tenancy.cluster_queues.items():
         if only is not None and name not in only:
@@ -171,25 +192,10 @@ def queue_usage(
                 cohort=cq.cohort,
                 weight=cq.weight,
                 flavors=flavors,
-                pending_jobs=waiting.get(name, (0, 0))[0],
-                pending_gpus=int(waiting.get(name, (0, 0))[1] or 0),
+                pending_jobs=counted[name].pending_jobs if name in counted else 0,
+                pending_gpus=counted[name].pending_gpus if name in counted else 0,
                 recent_gpus=round(recent.get(name, 0.0), 3),
                 gpu_hours=round(hours.get(name, 0.0), 4),
             )
         )
     return out
-
-
-def pending_view(reason: PendingReason) -> PendingView:
-    return PendingView(
-        code=reason.code,
-        message=reason.message,
-        position=reason.position,
-        flavor=reason.flavor,
-        needs=reason.needs,
-        available=reason.available,
-        ahead=[
-            AheadView(job_id=a.job_id, cluster_queue=a.cluster_queue, gpus=a.gpus, why=a.why) for a in reason.ahead[:10]
-        ],
-        estimated_start=datetime.fromtimestamp(reason.estimated_start).astimezone() if reason.estimated_start else None,
-    )

@@ -1,0 +1,44 @@
+"""Why each pending job waits, as the newest admission cycle decided: held in memory, built
+into a view only for the jobs a request shows.
+
+Reasons are derived data: after a restart the first cycle makes them again (until then a
+waiting job shows no reason). Keeping them out of the store is what lets a cycle over 100k
+waiting jobs write nothing when nothing changed, and a restart not rewrite them all.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from cellscale.spec import AheadView, PendingView
+from cellscale_hub.scheduling.admission import PendingReason, Reasons
+
+
+class WaitingBoard:
+    """Published by the controller's thread, read by the API's: one reference swap, so a
+    reader sees one cycle's reasons whole."""
+
+    def __init__(self) -> None:
+        self._reasons: Reasons = Reasons()
+
+    def publish(self, reasons: Reasons) -> None:
+        self._reasons = reasons
+
+    def view(self, job_id: str) -> PendingView | None:
+        reasons = self._reasons
+        return pending_view(reasons[job_id]) if job_id in reasons else None
+
+
+def pending_view(reason: PendingReason) -> PendingView:
+    return PendingView(
+        code=reason.code,
+        message=reason.message,
+        position=reason.position,
+        flavor=reason.flavor,
+        needs=reason.needs,
+        available=reason.available,
+        ahead=[
+            AheadView(job_id=a.job_id, cluster_queue=a.cluster_queue, gpus=a.gpus, why=a.why) for a in reason.ahead[:10]
+        ],
+        estimated_start=datetime.fromtimestamp(reason.estimated_start).astimezone() if reason.estimated_start else None,
+    )
