@@ -78,6 +78,7 @@ class Controller:
         self._admission_inputs: tuple | None = None
         self._admitted_at = 0.0
         self._pending = usage.PendingWorkloads()
+        self._seen: dict[str, dict[int, tuple]] = {}  # backend -> attempt -> what its last stored observation was
         self.waiting = waiting or WaitingBoard()  # why each pending job waits, for the API
         self._thread: threading.Thread | None = None
 
@@ -284,28 +285,37 @@ class Controller:
             )
 
     def reconcile(self, backend: str, driver: Driver) -> None:
+        """Poll the backend's active attempts (one batched query) and store what changed: an
+        attempt whose observation is the same as last cycle's costs no write."""
         with self.store.session() as session:
             attempts = q.active_attempts(session, backend)
-            if not attempts:
-                return
             refs = {a.id: self.ref(a.job, a) for a in attempts}
-        observations = driver.observe_attempts(list(refs.values()))  # one batched query per backend
-        relaunch, hung = [], []
-        with self.store.session() as session:
-            for attempt_id, ref in refs.items():
-                obs = observations.get(ref.key, Observation(AttemptState.UNKNOWN))
-                attempt = session.get(Attempt, attempt_id)
-                job = attempt.job
-                if obs.state is AttemptState.SUBMITTING and attempt.submitted_at is None:
-                    relaunch.append((job, attempt))  # the control plane died between admit and submit
-                    continue
-                why = self._hung(obs, attempt, ref.spec.stall_timeout_s)
-                if why is not None:
-                    hung.append(ref)
-                    obs = Observation(
-                        AttemptState.LOST, fault=Fault.INFRASTRUCTURE, heartbeat=obs.heartbeat, reason=why
-                    )
-                self._observe(session, job, attempt, obs)
+        seen = self._seen.setdefault(backend, {})
+        for gone in seen.keys() - refs.keys():
+            del seen[gone]
+        if not attempts:
+            return
+        observations = driver.observe_attempts(list(refs.values()))
+        relaunch, hung, changed = [], [], {}
+        for attempt in attempts:
+            ref = refs[attempt.id]
+            obs = observations.get(ref.key, Observation(AttemptState.UNKNOWN))
+            if obs.state is AttemptState.SUBMITTING and attempt.submitted_at is None:
+                relaunch.append((attempt.job, attempt))  # the control plane died between admit and submit
+                continue
+            why = self._hung(obs, attempt, ref.spec.stall_timeout_s)
+            if why is not None:
+                hung.append(ref)
+                obs = Observation(AttemptState.LOST, fault=Fault.INFRASTRUCTURE, heartbeat=obs.heartbeat, reason=why)
+            mark = (_mark(obs), attempt.job.cancel_requested)
+            if seen.get(attempt.id) != mark:
+                changed[attempt.id] = (obs, mark)
+        if changed:
+            with self.store.session() as session:
+                for attempt_id, (obs, _) in changed.items():
+                    attempt = session.get(Attempt, attempt_id)
+                    self._observe(session, attempt.job, attempt, obs)
+            seen.update({attempt_id: mark for attempt_id, (_, mark) in changed.items()})
         for ref in hung:
             driver.cancel(ref)  # stop what is left of it; its retry is a new attempt
         for job, attempt in relaunch:
@@ -468,3 +478,16 @@ class Controller:
             if ref.key not in self._cancel_sent:
                 self._cancel_sent.add(ref.key)
                 driver.cancel(ref)
+
+
+HEARTBEAT_STORE_S = 15.0
+"""A live attempt's heartbeat is stored at most this often: hang detection reads the
+backend's newest one every cycle, the store needs it only to show."""
+
+
+def _mark(obs: Observation) -> Observation:
+    """The observation as far as the store cares: heartbeats within one HEARTBEAT_STORE_S
+    window count as the same."""
+    beat = obs.heartbeat
+    bucket = datetime.fromtimestamp(beat.timestamp() // HEARTBEAT_STORE_S * HEARTBEAT_STORE_S, UTC) if beat else None
+    return dataclasses.replace(obs, heartbeat=bucket)

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from cellscale.spec import AttemptView, EventView, JobSpec, JobView, PendingView
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, ACTIVE_PHASES, TERMINAL_PHASES, EventKind, EventReason, Phase
@@ -127,7 +127,7 @@ def transition(
 
 def active_attempts(session: Session, backend: str) -> list[Attempt]:
     query = select(Attempt).where(Attempt.backend == backend, Attempt.state.in_(ACTIVE_ATTEMPT_STATES))
-    return list(session.scalars(query.order_by(Attempt.id)))
+    return list(session.scalars(query.options(selectinload(Attempt.job)).order_by(Attempt.id)))
 
 
 def bundles_in_use(session: Session) -> dict[str, set[str]]:
