@@ -653,7 +653,9 @@ def memory(pid: int) -> dict:
 
 
 def routes(pop: dict, cursor: str | None) -> list[tuple[str, str, callable]]:
+    """(label, token, i -> request): a request is a GET path, or (path, JSON body) to POST."""
     ids = pop["sample_ids"]
+    run = uuid.uuid4().hex[:8]
     return [
         ("whoami", "tok-alice", lambda i: "/api/whoami"),
         ("quota", "tok-alice", lambda i: "/api/quota"),
@@ -666,20 +668,34 @@ def routes(pop: dict, cursor: str | None) -> list[tuple[str, str, callable]]:
         ("job events", "tok-alice", lambda i: f"/api/jobs/{ids[i % len(ids)]}/events"),
         ("admin tenancy", "tok-admin", lambda i: "/api/admin/tenancy"),
         ("admin audit", "tok-admin", lambda i: "/api/admin/audit?limit=200"),
+        # a new job each time: it waits behind the blockers, and wakes admission over the whole queue
+        ("submit", "tok-alice", lambda i: ("/api/jobs", submit_body(f"{run}-{i}-{time.monotonic_ns()}"))),
     ]
 
 
-def time_route(client: httpx.Client, token: str, path, requests: int, budget_s: float) -> dict:
+def submit_body(name: str) -> dict:
+    return {"spec": {"source": "pass", "launcher": "plain", "name": name[:63], "resources": {"gpus_per_node": 1}}}
+
+
+def time_route(client: httpx.Client, token: str, request, requests: int, budget_s: float) -> dict:
     headers = {"Authorization": f"token {token}"}
+
+    def send(i: int) -> httpx.Response:
+        what = request(i)
+        if isinstance(what, str):
+            return client.get(what, headers=headers)
+        path, body = what
+        return client.post(path, json=body, headers=headers)
+
     for i in range(3):  # warm-up
-        client.get(path(i), headers=headers).raise_for_status()
+        send(i).raise_for_status()
     latencies, errors, t_end = [], 0, time.perf_counter() + budget_s
     for i in range(requests):
         t0 = time.perf_counter()
-        response = client.get(path(i), headers=headers)
+        response = send(i + 3)
         response.read()
         latencies.append(time.perf_counter() - t0)
-        errors += response.status_code != 200
+        errors += not response.is_success
         if time.perf_counter() > t_end and len(latencies) >= MIN_SAMPLES:
             break
     ms = [x * 1000 for x in latencies]
