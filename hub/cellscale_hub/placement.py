@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cellscale.spec import JobSpec
+from cellscale.spec import JobSpec, Resources
+from cellscale.vocabulary import Resource
 from cellscale_hub.auth import Principal
 from cellscale_hub.drivers import Driver, SpecRejected
-from cellscale_hub.scheduling.ceiling import never_fits
+from cellscale_hub.scheduling.ceiling import Ceiling, never_fits
+from cellscale_hub.scheduling.resources import Amounts, amount_words
 from cellscale_hub.tenancy import Tenancy
 
 
@@ -65,14 +67,29 @@ def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec:
         driver.validate(spec)
     except SpecRejected as exc:
         raise NeverFits(str(exc)) from exc
-    best = never_fits(tenancy, cluster_queue, flavors, spec.resources.gpus)
+    res = spec.resources
+    best = never_fits(tenancy, cluster_queue, flavors, Amounts(res.gpus, res.cpus, res.memory_mb))
     if best is not None:
-        raise NeverFits(
-            f"{spec.resources.gpus} GPUs can never be admitted: queue {cluster_queue} can get at most "
-            f"{best.gpus} {best.flavor} GPUs (nominal {best.nominal} + {best.borrowable} borrowable "
-            f"from its cohort); ask for at most --gpus {best.gpus}, or ask an admin to raise the quota"
-        )
+        raise NeverFits(_never_words(best, res, cluster_queue))
     return Placement(who.tenant, queue, cluster_queue, priority, backend, spec)
+
+
+def _never_words(best: Ceiling, res: Resources, cluster_queue: str) -> str:
+    if best.resource is Resource.gpu:
+        return (
+            f"{res.gpus} GPUs can never be admitted: queue {cluster_queue} can get at most "
+            f"{best.most} {best.flavor} GPUs (nominal {best.nominal} + {best.borrowable} borrowable "
+            f"from its cohort); ask for at most --gpus {best.most}, or ask an admin to raise the quota"
+        )
+    if best.resource is Resource.cpu:
+        asked, change = f"{res.cpus} CPUs", "--cpus or --nodes"
+    else:
+        asked, change = f"--mem {res.memory_mb_per_node}M on {res.nodes} node(s)", "--mem"
+    return (
+        f"{asked} can never be admitted: queue {cluster_queue} can get at most "
+        f"{amount_words(best.resource, best.most, best.flavor)} (nominal {best.nominal} + {best.borrowable} "
+        f"borrowable from its cohort); lower {change}, or ask an admin to raise the quota"
+    )
 
 
 def _backend(

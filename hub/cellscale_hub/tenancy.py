@@ -1,9 +1,12 @@
 """Tenancy as data, in Kueue's nouns.
 
-- A **ResourceFlavor** is one kind of GPU on one backend (`flavors`).
+- A **ResourceFlavor** is one kind of node on one backend (`flavors`): a GPU type, or a CPU
+  pool.
 - A **ClusterQueue** holds a quota per flavor: `nominal` GPUs it is guaranteed,
   `borrowing_limit` (how many more it may borrow from its cohort; absent: no limit) and
-  `lending_limit` (how many of its nominal GPUs others may borrow; absent: all of them).
+  `lending_limit` (how many of its nominal GPUs others may borrow; absent: all of them), and
+  the same three numbers for `cpu` (cores) and `memory` (MiB, or with units) where the
+  queue's CPUs and memory are quota'd.
 - **Cohorts** form a tree (firm → division → desk): ClusterQueues in one tree lend to each
   other, and each node's `weight` sets its fair share among its siblings.
 - A **tenant** is a JupyterHub group (a desk); its **LocalQueues** point at ClusterQueues.
@@ -19,6 +22,9 @@ from collections.abc import Iterator
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from cellscale.spec import parse_memory_mb
+from cellscale.vocabulary import Resource
 
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY_CLASS = "normal"
@@ -36,17 +42,23 @@ MAX_QUOTA_GPUS = 1_000_000
 """The largest quota figure accepted: more GPUs than any fleet has, and far inside every store's integers."""
 
 
-class Quota(Strict):
-    nominal: int = Field(ge=0, le=MAX_QUOTA_GPUS, description="GPUs guaranteed to this queue.")
+MAX_QUOTA_AMOUNT = 2**50
+"""The largest CPU or memory (MiB) quota figure accepted."""
+
+
+class ResourceQuota(Strict):
+    """One resource's share of a flavor: the same three numbers Kueue gives every covered resource."""
+
+    nominal: int = Field(0, ge=0, le=MAX_QUOTA_AMOUNT, description="Guaranteed to this queue.")
     borrowing_limit: int | None = Field(
-        None, ge=0, le=MAX_QUOTA_GPUS, description="Most GPUs it may borrow; absent: no limit."
+        None, ge=0, le=MAX_QUOTA_AMOUNT, description="Most it may borrow; absent: no limit."
     )
     lending_limit: int | None = Field(
-        None, ge=0, le=MAX_QUOTA_GPUS, description="Most of its nominal GPUs others may borrow; absent: all."
+        None, ge=0, le=MAX_QUOTA_AMOUNT, description="Most of its nominal others may borrow; absent: all."
     )
 
     @model_validator(mode="after")
-    def _lending_within_nominal(self) -> Quota:
+    def _lending_within_nominal(self) -> ResourceQuota:
         if self.lending_limit is not None and self.lending_limit > self.nominal:
             raise ValueError(f"lending_limit {self.lending_limit} exceeds nominal {self.nominal}")
         return self
@@ -54,6 +66,57 @@ class Quota(Strict):
     @property
     def lendable(self) -> int:
         return self.nominal if self.lending_limit is None else self.lending_limit
+
+
+class MemoryQuota(ResourceQuota):
+    """Memory in MiB; the YAML may write sizes with units ("512Gi", "64G", "1T")."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sizes(cls, value):
+        if isinstance(value, dict):
+            return {k: parse_memory_mb(v) if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+
+class Quota(ResourceQuota):
+    """A ClusterQueue's quota on one flavor: GPUs in the top-level fields (as before CPUs and
+    memory were quota'd), and optionally CPUs and memory. A resource without a quota here is
+    bounded only by the flavor's capacity; a CPU pool is a flavor with `nominal: 0` GPUs and a
+    `cpu` quota."""
+
+    nominal: int = Field(0, ge=0, le=MAX_QUOTA_GPUS, description="GPUs guaranteed to this queue.")
+    borrowing_limit: int | None = Field(
+        None, ge=0, le=MAX_QUOTA_GPUS, description="Most GPUs it may borrow; absent: no limit."
+    )
+    lending_limit: int | None = Field(
+        None, ge=0, le=MAX_QUOTA_GPUS, description="Most of its nominal GPUs others may borrow; absent: all."
+    )
+    cpu: ResourceQuota | None = Field(
+        None, description="CPU cores; absent: not limited by quota.", exclude_if=lambda value: value is None
+    )
+    memory: MemoryQuota | None = Field(
+        None,
+        description="Memory in MiB (or with units); absent: not limited by quota.",
+        exclude_if=lambda value: value is None,
+    )
+
+    def of(self, resource: Resource) -> ResourceQuota | None:
+        """The quota of one resource; None: not limited by quota."""
+        if resource is Resource.gpu:
+            return self
+        return self.cpu if resource is Resource.cpu else self.memory
+
+
+class ResourceWeights(Strict):
+    """What one unit of each resource weighs in fair share and in choosing preemption victims,
+    in GPU-equivalents (as Slurm's TRESBillingWeights): a job's weight is the sum over its
+    resources. The defaults price a core at 1/16 of a GPU and a GiB of memory at 1/128; a
+    GPU-only job weighs its GPUs, as before CPUs and memory were counted."""
+
+    gpu: float = Field(1.0, ge=0)
+    cpu: float = Field(0.0625, ge=0)
+    memory_gib: float = Field(0.0078125, ge=0, description="Per GiB of memory.")
 
 
 class Cohort(Strict):
@@ -83,6 +146,7 @@ class Tenancy(Strict):
     priority_classes: dict[str, int] = Field(
         default_factory=lambda: {"low": -100, DEFAULT_PRIORITY_CLASS: 0, "high": 100}
     )
+    resource_weights: ResourceWeights = Field(default_factory=ResourceWeights)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Tenancy:
@@ -168,15 +232,18 @@ class Tenancy(Strict):
         """The cluster queues that borrow and lend within one tree."""
         return (name for name in self.cluster_queues if self.root_of(name) == root)
 
-    def max_admissible(self, cluster_queue: str, flavor: str) -> int:
-        """The most GPUs of `flavor` one job of this queue could ever get: its nominal quota
-        plus what it may borrow, and no more than the others in its tree may lend."""
-        own = self.cluster_queues[cluster_queue].quotas[flavor]
-        lendable = sum(
-            self.cluster_queues[other].quotas[flavor].lendable
-            for other in self.members(self.root_of(cluster_queue))
-            if other != cluster_queue and flavor in self.cluster_queues[other].quotas
-        )
+    def max_admissible(self, cluster_queue: str, flavor: str, resource: Resource = Resource.gpu) -> int | None:
+        """The most of `resource` on `flavor` one job of this queue could ever get: its nominal
+        quota plus what it may borrow, and no more than the others in its tree may lend (None:
+        the queue has no quota on that resource, so only the flavor's capacity bounds it)."""
+        own = self.cluster_queues[cluster_queue].quotas[flavor].of(resource)
+        if own is None:
+            return None
+        lendable = 0
+        for other in self.members(self.root_of(cluster_queue)):
+            theirs = self.cluster_queues[other].quotas.get(flavor)
+            if other != cluster_queue and theirs is not None and theirs.of(resource) is not None:
+                lendable += theirs.of(resource).lendable
         borrowable = lendable if own.borrowing_limit is None else min(own.borrowing_limit, lendable)
         return own.nominal + borrowable
 

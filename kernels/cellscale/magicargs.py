@@ -12,7 +12,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cellscale.spec import JobSpec, Launcher, Resources, Retries
+from cellscale.spec import JobSpec, Launcher, Resources, Retries, parse_memory_mb
 from cellscale.wire import explain
 
 
@@ -23,9 +23,12 @@ class MagicUsageError(ValueError):
 class MagicArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpus: int | None = Field(None, description="total GPUs")
+    gpus: int | None = Field(None, description="total GPUs (0 or absent: a CPU job)")
     nodes: int | None = None
     gpus_per_node: int | None = None
+    tasks_per_node: int | None = None
+    cpus: int | None = Field(None, description="CPU cores per task")
+    mem: str | None = Field(None, description="memory per node, with a unit (4G, 512M)")
     launcher: Launcher = Launcher.torchrun
     backend: str | None = None
     queue: str | None = None
@@ -45,9 +48,12 @@ class MagicArgs(BaseModel):
 
     def resources(self) -> Resources:
         nodes, per_node = self.nodes, self.gpus_per_node
-        if self.gpus is not None:
-            if self.gpus < 1:
-                raise MagicUsageError("--gpus must be at least 1 (leave it out for a CPU-only job)")
+        if self.gpus == 0:
+            if per_node:
+                raise MagicUsageError("--gpus 0 is a CPU job: leave out --gpus-per-node")
+        elif self.gpus is not None:
+            if self.gpus < 0:
+                raise MagicUsageError("--gpus must be 0 (a CPU job) or more")
             if nodes and per_node and nodes * per_node != self.gpus:
                 raise MagicUsageError(f"--gpus {self.gpus} is not --nodes {nodes} × --gpus-per-node {per_node}")
             if nodes and not per_node:
@@ -60,14 +66,30 @@ class MagicArgs(BaseModel):
                 nodes = self.gpus // per_node
             elif not nodes:
                 nodes, per_node = 1, self.gpus
-        return Resources(nodes=nodes or 1, gpus_per_node=per_node or 0, timeout_min=self.time, switches=self.switches)
+        try:
+            memory = parse_memory_mb(self.mem) if self.mem is not None else None
+        except ValueError as exc:
+            raise MagicUsageError(f"--mem {exc}") from None
+        return Resources(
+            nodes=nodes or 1,
+            gpus_per_node=per_node or 0,
+            tasks_per_node=self.tasks_per_node,
+            cpus_per_task=self.cpus if self.cpus is not None else 1,
+            memory_mb_per_node=memory,
+            timeout_min=self.time,
+            switches=self.switches,
+        )
 
     def to_spec(self, source: str, inputs_sha256: str | None = None) -> JobSpec:
+        try:
+            resources = self.resources()
+        except ValidationError as exc:
+            raise MagicUsageError(explain(exc)) from None
         try:
             return JobSpec(
                 name=self.name,
                 launcher=self.launcher,
-                resources=self.resources(),
+                resources=resources,
                 queue=self.queue,
                 backend=self.backend,
                 priority=self.priority,
@@ -95,6 +117,9 @@ def _parser() -> _Parser:
     p.add_argument("--gpus", type=int)
     p.add_argument("--nodes", type=int)
     p.add_argument("--gpus-per-node", type=int)
+    p.add_argument("--tasks-per-node", type=int, help="processes per node (default: one per GPU for torchrun)")
+    p.add_argument("--cpus", type=int, help="CPU cores per task (default 1)")
+    p.add_argument("--mem", help="memory per node, e.g. 4G or 512M")
     p.add_argument("--launcher", choices=[launcher.value for launcher in Launcher])
     p.add_argument("--backend")
     p.add_argument("--queue")

@@ -72,17 +72,69 @@ class ErrorBody(BaseModel):
     detail: str = Field(description="One sentence: what was refused and what to change.")
 
 
+MAX_MEMORY_MB = 64 * 2**20
+"""The most memory per node a job may ask for (64 TiB), far beyond any node."""
+
+_MEMORY = re.compile(r"^\s*(\d+)\s*([kmgtKMGT]?)(i?[bB]?)\s*$")
+_MEMORY_UNITS = {"": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
+
+
+def parse_memory_mb(text: str | int) -> int:
+    """A memory size in MiB: a number of MiB, or with a unit K, M, G or T (binary, as Slurm's
+    --mem reads them; "Gi" and "GB" mean the same)."""
+    if isinstance(text, int):
+        return text
+    match = _MEMORY.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a memory size: use a number with M, G or T (e.g. 4G, 512M, 1T)")
+    amount, unit = int(match.group(1)), match.group(2).lower()
+    if unit == "k":
+        return -(-amount // 1024)  # whole MiB, rounded up
+    return amount * _MEMORY_UNITS[unit]
+
+
 class Resources(Strict):
     """The gang: every rank's resources, granted all at once or not at all."""
 
     nodes: int = Field(1, ge=1, le=1024, description="Number of nodes.")
     gpus_per_node: int = Field(0, ge=0, le=64, description="GPUs on each node (0: CPU-only job).")
+    tasks_per_node: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="Processes (ranks) on each node; absent: one per GPU for torchrun, else one.",
+    )
+    cpus_per_task: int = Field(1, ge=1, le=1024, description="CPU cores for each process (Slurm's --cpus-per-task).")
+    memory_mb_per_node: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_MEMORY_MB,
+        description="Memory per node in MiB (--mem); absent: the backend's default per core, not counted in quotas.",
+    )
     timeout_min: int = Field(60, ge=1, le=60 * 24 * 14, description="Wall-clock limit in minutes.")
     switches: int | None = Field(None, ge=1, le=64, description="Most leaf switches the nodes may span (topology).")
+
+    @field_validator("memory_mb_per_node", mode="before")
+    @classmethod
+    def _memory_with_units(cls, value):
+        return parse_memory_mb(value) if isinstance(value, str) else value
 
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def cpus_per_node(self) -> int:
+        return (self.tasks_per_node or 1) * self.cpus_per_task
+
+    @property
+    def cpus(self) -> int:
+        return self.nodes * self.cpus_per_node
+
+    @property
+    def memory_mb(self) -> int:
+        """Memory asked for in all (0: none asked; the backend's default applies)."""
+        return self.nodes * (self.memory_mb_per_node or 0)
 
 
 class Retries(Strict):
@@ -183,6 +235,17 @@ class JobSpec(Strict):
             raise ValueError("input_names and inputs_sha256 go together")
         if self.launcher is Launcher.ray and self.resources.nodes > 1 and self.resources.gpus_per_node == 0:
             raise ValueError("a multi-node Ray job needs --gpus-per-node")
+        return self
+
+    @model_validator(mode="after")
+    def _tasks_said(self) -> JobSpec:
+        """Stored with its processes per node spelled out: one per GPU for torchrun, else one."""
+        if (self.resources.tasks_per_node or 1) > 1 and self.launcher is not Launcher.torchrun:
+            raise ValueError(f"--tasks-per-node starts several processes per node: a {self.launcher.value} job has one")
+        if self.resources.tasks_per_node is None:
+            per_gpu = self.launcher is Launcher.torchrun
+            tasks = max(1, self.resources.gpus_per_node) if per_gpu else 1
+            self.resources = self.resources.model_copy(update={"tasks_per_node": tasks})
         return self
 
 
@@ -367,6 +430,10 @@ class BackendView(BaseModel):
     max_nodes: int
     gpus_per_node: int
     launchers: list[Launcher]
+    capacity_cpus: int | None = Field(None, description="CPU cores in all (None: the backend does not say).")
+    cpus_per_node: int | None = Field(None, description="Cores of its largest node.")
+    capacity_memory_mb: int | None = Field(None, description="Memory in all, MiB.")
+    memory_mb_per_node: int | None = Field(None, description="Memory of its largest node, MiB.")
 
 
 class WhoAmI(BaseModel):
@@ -385,6 +452,10 @@ class FlavorUsage(BaseModel):
     lending_limit: int | None
     used: int = Field(description="GPUs held by admitted and running jobs.")
     borrowed: int = Field(description="Of those, GPUs beyond nominal.")
+    cpus_used: int = Field(0, description="CPU cores held by admitted and running jobs.")
+    cpu_nominal: int | None = Field(None, description="The queue's CPU quota here (None: not quota'd).")
+    memory_mb_used: int = Field(0, description="Memory (MiB) held, as jobs asked for it with --mem.")
+    memory_mb_nominal: int | None = Field(None, description="The queue's memory quota here, MiB (None: not quota'd).")
 
 
 class QueueUsage(BaseModel):
@@ -396,7 +467,11 @@ class QueueUsage(BaseModel):
     flavors: list[FlavorUsage]
     pending_jobs: int
     pending_gpus: int = Field(description="GPUs wanted by its waiting jobs.")
-    recent_gpus: float = Field(description="Average GPUs over the fair-share half-life (decayed history).")
+    pending_cpus: int = Field(0, description="CPU cores wanted by its waiting jobs.")
+    recent_gpus: float = Field(
+        description="Average use over the fair-share half-life (decayed history), in GPU-equivalents: GPUs, "
+        "plus CPUs and memory at the tenancy's resource_weights."
+    )
     gpu_hours: float = Field(description="GPU-hours used by its jobs so far.")
 
 

@@ -21,6 +21,14 @@ class Launcher(StrEnum):
     plain = "plain"  # one process per node, no launcher
 
 
+class Resource(StrEnum):
+    """What a job asks for and a quota divides (Kueue's covered resources)."""
+
+    gpu = "gpu"  # accelerators (nvidia.com/gpu)
+    cpu = "cpu"  # cores
+    memory = "memory"  # MiB
+
+
 class Phase(StrEnum):
     """Where a job is in its life. Terminal phases never change again."""
 

@@ -228,7 +228,7 @@ def _capacities(ctx: Context, t: Tenancy) -> list[FlavorCapacity]:
         FlavorCapacity(
             flavor=f,
             backend=spec.backend,
-            capacity_gpus=capacity[f],
+            capacity_gpus=capacity[f].gpu,
             nominal_total=sum(cq.quotas[f].nominal for cq in t.cluster_queues.values() if f in cq.quotas),
         )
         for f, spec in t.flavors.items()

@@ -183,6 +183,8 @@ def _job_routes(router: APIRouter) -> None:
             spec=spec.model_dump(mode="json"),
             inputs_sha256=spec.inputs_sha256,
             gpus=spec.resources.gpus,
+            cpus=spec.resources.cpus,
+            memory_mb=spec.resources.memory_mb,
             phase=Phase.PENDING,
             reason="waiting for admission",
             result_key=body.result_key,

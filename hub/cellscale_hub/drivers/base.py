@@ -17,7 +17,7 @@ from traitlets.config import LoggingConfigurable
 from cellscale.runtime.jobdir import JobDir
 from cellscale.runtime.records import Checkpoint, LaunchPlan, ResumeReport
 from cellscale.spec import BackendView, CheckpointView, JobSpec
-from cellscale.vocabulary import AttemptState, Fault, Launcher
+from cellscale.vocabulary import AttemptState, Fault
 from cellscale_hub.faults import from_exit_records
 from cellscale_hub.tenancy import Tenancy
 
@@ -206,11 +206,23 @@ class Driver(LoggingConfigurable):
                 f"({cap.gpus_per_node} per node, {cap.capacity_gpus} in all); ask for at most "
                 f"--gpus {cap.capacity_gpus}"
             )
+        if cap.cpus_per_node is not None and res.cpus_per_node > cap.cpus_per_node:
+            raise SpecRejected(
+                f"{res.cpus_per_node} CPUs per node ({res.tasks_per_node} task(s) x --cpus {res.cpus_per_task}) is "
+                f"more than any node of backend {self.name!r} has ({cap.cpus_per_node}); ask for at most "
+                f"{cap.cpus_per_node} per node"
+            )
+        memory = res.memory_mb_per_node
+        if cap.memory_mb_per_node is not None and memory is not None and memory > cap.memory_mb_per_node:
+            raise SpecRejected(
+                f"--mem {memory}M per node is more than any node of backend {self.name!r} has "
+                f"({cap.memory_mb_per_node}M); ask for at most --mem {cap.memory_mb_per_node // 1024}G"
+            )
 
     def launch_plan(self, ref: AttemptRef) -> LaunchPlan:
         """What the attempt's runtime reads; backends add what only they know."""
         spec, res = ref.spec, ref.spec.resources
-        procs = max(1, res.gpus_per_node) if spec.launcher is Launcher.torchrun else 1
+        procs = res.tasks_per_node or 1
         return LaunchPlan(
             job_id=ref.job_id,
             attempt=ref.number,

@@ -42,6 +42,17 @@ class LocalDriver(Driver):
         CUDA_VISIBLE_DEVICES; a job starts only when all the GPUs it asks for are free.""",
     ).tag(config=True)
 
+    cpus = Integer(
+        help="""CPU cores jobs may use at once: admission bounds the sum of the running jobs'
+        cores by it (a CPU backtest waits for cores as a GPU job waits for GPUs). Default: the
+        machine's cores, and never fewer than `gpus`, so that a torchrun job of every GPU (a task
+        and a core per GPU) always fits on a machine that emulates more GPUs than it has cores.""",
+    ).tag(config=True)
+
+    memory_mb = Integer(
+        help="Memory (MiB) jobs may ask for at once with --mem. Default: the machine's memory.",
+    ).tag(config=True)
+
     start_grace_seconds = Float(
         30.0,
         help="How long a submitted attempt may take to show its supervisor before it counts as lost.",
@@ -67,6 +78,14 @@ class LocalDriver(Driver):
     def _default_name(self) -> str:
         return "local"
 
+    @default("cpus")
+    def _default_cpus(self) -> int:
+        return max(os.cpu_count() or 1, self.gpus)
+
+    @default("memory_mb")
+    def _default_memory_mb(self) -> int:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
@@ -87,6 +106,10 @@ class LocalDriver(Driver):
             max_nodes=1,
             gpus_per_node=self.gpus,
             launchers=list(Launcher),
+            capacity_cpus=self.cpus,
+            cpus_per_node=self.cpus,
+            capacity_memory_mb=self.memory_mb,
+            memory_mb_per_node=self.memory_mb,
         )
 
     def validate(self, spec) -> None:

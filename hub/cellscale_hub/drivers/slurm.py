@@ -307,7 +307,10 @@ class SlurmDriver(Driver):
         res = spec.resources
         per_node = self.capacity().gpus_per_node
         if res.nodes == 1 and per_node and res.gpus_per_node > per_node and res.gpus_per_node % per_node == 0:
-            resources = res.model_copy(update={"nodes": res.gpus_per_node // per_node, "gpus_per_node": per_node})
+            split = {"nodes": res.gpus_per_node // per_node, "gpus_per_node": per_node}
+            if res.tasks_per_node == res.gpus_per_node:  # one task per GPU, on each node
+                split["tasks_per_node"] = per_node
+            resources = res.model_copy(update=split)
             return spec.model_copy(update={"resources": resources})
         return spec
 

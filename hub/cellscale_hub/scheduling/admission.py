@@ -3,18 +3,21 @@ rest wait. Pure functions over a `Snapshot`; the controller builds the snapshot 
 store and applies the `Decision`.
 
 Rules, in order:
-- **All or nothing**: a job is admitted on one flavor with all its GPUs, or not at all.
-- **Quota**: a ClusterQueue uses its nominal quota, then borrows from its cohort tree up to
-  its `borrowing_limit`; the tree's shared pool is every queue's lendable quota (nominal
-  less what its `lending_limit` keeps private). A flavor's physical capacity caps it all.
-- **Order**: priority class, then hierarchical fair share (see `fairshare`), then submit
-  time. A queue is strictly ordered: when its head cannot fit, nothing behind it in that
-  queue goes first (a big gang is never starved by small ones), and no other queue of the
-  same tree may *borrow* that flavor in this cycle (the head keeps its claim).
+- **All or nothing**: a job is admitted on one flavor with all its GPUs, CPUs and memory, or
+  not at all.
+- **Quota**, per resource: a ClusterQueue uses its nominal quota, then borrows from its
+  cohort tree up to its `borrowing_limit`; the tree's shared pool is every queue's lendable
+  quota (nominal less what its `lending_limit` keeps private). A resource the queue has no
+  quota on is bounded by capacity only. A flavor's physical capacity caps it all.
+- **Order**: priority class, then hierarchical fair share (see `fairshare`; usage is
+  weighed in GPU-equivalents, `Tenancy.resource_weights`), then submit time. A queue is
+  strictly ordered: when its head cannot fit, nothing behind it in that queue goes first (a
+  big gang is never starved by small ones), and no other queue of the same tree may
+  *borrow* that flavor in this cycle (the head keeps its claim).
 - **Preemption**: a head that fits within its own nominal quota reclaims GPUs lent to
   borrowing queues; a head may also preempt lower-priority jobs of its own queue. Victims
-  are chosen to lose the least work (GPU-seconds since their last checkpoint), then lower
-  priority, then the most-borrowing queue; the fewest victims that make room.
+  are chosen to lose the least work (weighted resource-seconds since their last checkpoint),
+  then lower priority, then the most-borrowing queue; the fewest victims that make room.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
-from cellscale.vocabulary import PendingCode
-from cellscale_hub.scheduling.ceiling import Ceiling, best_ceiling
+from cellscale.vocabulary import PendingCode, Resource
+from cellscale_hub.scheduling.ceiling import Ceiling, limits, over
 from cellscale_hub.scheduling.fairshare import FairTree
+from cellscale_hub.scheduling.resources import RESOURCES, Amounts, amount_words, capacity_of
 from cellscale_hub.tenancy import Tenancy
 
 MAX_AHEAD = 10  # holders named in a waiting job's reason
@@ -42,6 +47,12 @@ class Workload:
     submitted: float = 0.0
     flavors: tuple[str, ...] | None = None  # None: every flavor of its queue
     tenant: str = ""
+    cpus: int = 0
+    memory: int = 0  # MiB asked for (0: none asked)
+
+    @cached_property
+    def demand(self) -> Amounts:
+        return Amounts(self.gpus, self.cpus, self.memory)
 
 
 @dataclass(frozen=True)
@@ -58,12 +69,18 @@ class Holder:
     ends_by: float | None = None  # start + its time limit: when its GPUs are free at the latest
     preempting: bool = False
     tenant: str = ""
+    cpus: int = 0
+    memory: int = 0
+
+    @cached_property
+    def demand(self) -> Amounts:
+        return Amounts(self.gpus, self.cpus, self.memory)
 
 
 @dataclass(frozen=True)
 class Snapshot:
     tenancy: Tenancy
-    capacity: dict[str, int]  # flavor -> physical GPUs
+    capacity: Mapping[str, int | Amounts]  # flavor -> physical GPUs (or GPUs, CPUs and memory)
     holders: tuple[Holder, ...] = ()
     pending: tuple[Workload, ...] = ()
     history: dict[str, float] = field(default_factory=dict)  # cluster queue -> recent average GPUs
@@ -100,10 +117,11 @@ class PendingReason:
     message: str
     position: int  # 1 = next in its ClusterQueue
     flavor: str | None = None
-    needs: int = 0
+    needs: int = 0  # of `resource`
     available: int = 0
     ahead: tuple[Ahead, ...] = ()
     estimated_start: float | None = None
+    resource: Resource = Resource.gpu  # the one it waits for
 
 
 class Reasons(Mapping[str, PendingReason]):
@@ -151,76 +169,111 @@ class Decision:
 
 # -- usage bookkeeping --------------------------------------------------------------------
 class Usage:
-    """GPUs held per (queue, flavor), with running totals of each tree's shared pool (so a
-    fit check costs the same however many queues share the tree) and of physical use."""
+    """Resources held per (queue, flavor), with running totals of each tree's shared pool (so
+    a fit check costs the same however many queues share the tree) and of physical use."""
 
-    def __init__(self, tenancy: Tenancy, capacity: dict[str, int], holders: Iterable[Holder]):
+    def __init__(self, tenancy: Tenancy, capacity: Mapping[str, Amounts], holders: Iterable[Holder]):
         self.t = tenancy
         self.capacity = capacity
-        self.used: dict[tuple[str, str], int] = defaultdict(int)
-        self.physical: dict[str, int] = defaultdict(int)
+        self.used: dict[tuple[str, str], Amounts] = defaultdict(Amounts)
+        self.physical: dict[str, Amounts] = defaultdict(Amounts)
         self.root = {cq: tenancy.root_of(cq) for cq in tenancy.cluster_queues}
-        self.pool_size: dict[tuple[str, str], int] = defaultdict(int)  # (tree root, flavor) -> lendable GPUs
-        for cq, root in self.root.items():
-            for flavor, q in tenancy.cluster_queues[cq].quotas.items():
-                self.pool_size[root, flavor] += q.lendable
-        self.in_pool: dict[tuple[str, str], int] = defaultdict(int)  # (tree root, flavor) -> GPUs used from it
+        self.quotas = {  # (queue, flavor) -> each resource's quota, None where it has none
+            (cq, f): tuple(q.of(r) for r in RESOURCES)
+            for cq, queue in tenancy.cluster_queues.items()
+            for f, q in queue.quotas.items()
+        }
+        self.pool_size: dict[tuple[str, str], Amounts] = defaultdict(Amounts)  # (tree root, flavor) -> lendable
+        for (cq, flavor), quotas in self.quotas.items():
+            lendable = Amounts(*(q.lendable if q is not None else 0 for q in quotas))
+            self.pool_size[self.root[cq], flavor] = self.pool_size[self.root[cq], flavor].plus(lendable)
+        self.in_pool: dict[tuple[str, str], Amounts] = defaultdict(Amounts)  # (tree root, flavor) -> used from it
         for h in holders:
-            self.add(h.cluster_queue, h.flavor, h.gpus)
+            self.add(h.cluster_queue, h.flavor, h.demand)
 
     def has(self, cq: str, flavor: str) -> bool:
         """The queue exists and has a quota on the flavor (an admin may have removed either
         while jobs still hold GPUs: those count physically only)."""
-        queue = self.t.cluster_queues.get(cq)
-        return queue is not None and flavor in queue.quotas
+        return (cq, flavor) in self.quotas
 
-    def add(self, cq: str, flavor: str, gpus: int) -> None:
-        self.physical[flavor] += gpus
+    def add(self, cq: str, flavor: str, demand: Amounts) -> None:
+        self.physical[flavor] = self.physical[flavor].plus(demand)
         if not self.has(cq, flavor):
             return
         before = self.used[cq, flavor]
-        self.used[cq, flavor] = before + gpus
-        self.in_pool[self.root[cq], flavor] += self._from_pool(cq, flavor, before + gpus) - self._from_pool(
-            cq, flavor, before
+        after = self.used[cq, flavor] = before.plus(demand)
+        key = self.root[cq], flavor
+        self.in_pool[key] = (
+            self.in_pool[key].plus(self._from_pool(cq, flavor, after)).minus(self._from_pool(cq, flavor, before))
         )
 
     def quota(self, cq: str, flavor: str):
         return self.t.cluster_queues[cq].quotas[flavor]
 
     def borrowed(self, cq: str, flavor: str) -> int:
-        return max(0, self.used[cq, flavor] - self.quota(cq, flavor).nominal) if self.has(cq, flavor) else 0
+        """GPUs beyond the queue's nominal quota."""
+        return max(0, self.used[cq, flavor].gpu - self.quota(cq, flavor).nominal) if self.has(cq, flavor) else 0
 
-    def borrows(self, cq: str, flavor: str, gpus: int) -> bool:
-        return self.used[cq, flavor] + gpus > self.quota(cq, flavor).nominal
-
-    def _from_pool(self, cq: str, flavor: str, used: int) -> int:
-        q = self.quota(cq, flavor)
-        return max(0, used - (q.nominal - q.lendable))  # beyond its private part
-
-    def headroom(self, cq: str, flavor: str) -> tuple[int, PendingCode]:
-        """The most GPUs the queue could get on the flavor now, and the binding limit."""
-        q = self.quota(cq, flavor)
+    def borrowing(self, cq: str, flavor: str) -> Resource | None:
+        """The first resource the queue uses beyond its nominal quota, if any."""
+        if not self.has(cq, flavor):
+            return None
         used = self.used[cq, flavor]
-        limits = []
-        if q.borrowing_limit is not None:
-            limits.append((q.nominal + q.borrowing_limit - used, PendingCode.QuotaExhausted))
-        key = self.root[cq], flavor
-        private_free = max(0, (q.nominal - q.lendable) - used)
-        limits.append((private_free + self.pool_size[key] - self.in_pool[key], PendingCode.PoolLent))
-        limits.append((self.capacity.get(flavor, 0) - self.physical[flavor], PendingCode.CapacityFull))
-        amount, code = min(limits, key=lambda limit: limit[0])  # on a tie the quota explains best
+        for i, q in enumerate(self.quotas[cq, flavor]):
+            if q is not None and used[i] > q.nominal:
+                return RESOURCES[i]
+        return None
+
+    def borrows(self, cq: str, flavor: str, demand: Amounts) -> bool:
+        used = self.used[cq, flavor]
+        return any(q is not None and used[i] + demand[i] > q.nominal for i, q in enumerate(self.quotas[cq, flavor]))
+
+    def _from_pool(self, cq: str, flavor: str, used: Amounts) -> Amounts:
+        """What of `used` comes from the tree's pool: beyond the queue's private part."""
+        return Amounts(
+            *(
+                0 if q is None else max(0, used[i] - (q.nominal - q.lendable))
+                for i, q in enumerate(self.quotas[cq, flavor])
+            )
+        )
+
+    def headroom(self, cq: str, flavor: str, resource: Resource = Resource.gpu) -> tuple[int, PendingCode]:
+        """The most of `resource` the queue could get on the flavor now, and the binding limit."""
+        i = RESOURCES.index(resource)
+        q = self.quotas[cq, flavor][i]
+        limits_now = []
+        if q is not None:
+            used = self.used[cq, flavor][i]
+            if q.borrowing_limit is not None:
+                limits_now.append((q.nominal + q.borrowing_limit - used, PendingCode.QuotaExhausted))
+            key = self.root[cq], flavor
+            private_free = max(0, (q.nominal - q.lendable) - used)
+            limits_now.append((private_free + self.pool_size[key][i] - self.in_pool[key][i], PendingCode.PoolLent))
+        capacity = self.capacity.get(flavor, Amounts())[i]
+        limits_now.append((capacity - self.physical[flavor][i], PendingCode.CapacityFull))
+        amount, code = min(limits_now, key=lambda limit: limit[0])  # on a tie the quota explains best
         return max(0, amount), code
 
-    def fits(self, cq: str, flavor: str, gpus: int) -> bool:
-        return self.headroom(cq, flavor)[0] >= gpus
+    def short(self, cq: str, flavor: str, demand: Amounts) -> tuple[Resource, int, PendingCode] | None:
+        """The first resource the job cannot get now (with what is free of it and why), or None."""
+        for i, resource in enumerate(RESOURCES):
+            if demand[i]:
+                available, code = self.headroom(cq, flavor, resource)
+                if available < demand[i]:
+                    return resource, available, code
+        return None
+
+    def fits(self, cq: str, flavor: str, demand: Amounts) -> bool:
+        return self.short(cq, flavor, demand) is None
 
     def without(self, victims: Iterable[Holder]) -> Usage:
         copy = Usage.__new__(Usage)
         copy.t, copy.capacity, copy.root, copy.pool_size = self.t, self.capacity, self.root, self.pool_size
-        copy.used, copy.physical = defaultdict(int, self.used), defaultdict(int, self.physical)
-        copy.in_pool = defaultdict(int, self.in_pool)
+        copy.quotas = self.quotas
+        copy.used, copy.physical = defaultdict(Amounts, self.used), defaultdict(Amounts, self.physical)
+        copy.in_pool = defaultdict(Amounts, self.in_pool)
         for v in victims:
-            copy.add(v.cluster_queue, v.flavor, -v.gpus)
+            copy.add(v.cluster_queue, v.flavor, Amounts().minus(v.demand))
         return copy
 
 
@@ -232,25 +285,32 @@ class Cycle:
     leaving: dict[str, Holder] = field(default_factory=dict)  # being preempted, not yet promised to a head
     promised: dict[str, list[Holder]] = field(default_factory=dict)  # head -> the victims freeing its GPUs
     taken: set[str] = field(default_factory=set)  # victims promised to some head
-    ceilings: dict[tuple[str, tuple[str, ...]], Ceiling] = field(default_factory=dict)  # memo: (queue, flavors)
+    ceilings: dict[tuple[str, str], tuple[Ceiling, ...]] = field(default_factory=dict)  # memo: (queue, flavor)
 
     def never_fits(self, snap: Snapshot, job: Workload, flavors: list[str]) -> Ceiling | None:
-        """The never-fits rule (scheduling.ceiling) against the flavors' GPUs now, memoized per cycle."""
-        key = (job.cluster_queue, tuple(flavors))
-        if key not in self.ceilings:
-            self.ceilings[key] = best_ceiling(snap.tenancy, job.cluster_queue, flavors, snap.capacity)
-        best = self.ceilings[key]
-        return best if job.gpus > best.gpus else None
+        """The never-fits rule (scheduling.ceiling) against the flavors' capacity now,
+        memoized per cycle: None if the job fits on one of them."""
+        blocked = []
+        for flavor in flavors:
+            key = (job.cluster_queue, flavor)
+            if key not in self.ceilings:
+                self.ceilings[key] = limits(snap.tenancy, job.cluster_queue, flavor, snap.capacity)
+            ceiling = over(self.ceilings[key], job.demand)
+            if ceiling is None:
+                return None
+            blocked.append((self.ceilings[key][0].most, ceiling))
+        return max(blocked, key=lambda b: b[0])[1]
 
 
 # -- the cycle ----------------------------------------------------------------------------
 def schedule(snap: Snapshot) -> Decision:
     t = snap.tenancy
-    usage = Usage(t, snap.capacity, snap.holders)
+    weights = t.resource_weights
+    usage = Usage(t, {f: capacity_of(c) for f, c in snap.capacity.items()}, snap.holders)
     tree = FairTree.of(t)
     queue_use = dict(snap.history)
     for h in snap.holders:
-        queue_use[h.cluster_queue] = queue_use.get(h.cluster_queue, 0.0) + h.gpus
+        queue_use[h.cluster_queue] = queue_use.get(h.cluster_queue, 0.0) + h.demand.weight(weights)
     queues = _queues(snap.pending)
     heads = {cq: 0 for cq in queues}
     decision = Decision()
@@ -273,8 +333,8 @@ def schedule(snap: Snapshot) -> Decision:
             continue
         flavor = _choose_flavor(usage, job, flavors, cycle.claims)
         if flavor is not None:
-            usage.add(cq, flavor, job.gpus)
-            queue_use[cq] = queue_use.get(cq, 0.0) + job.gpus
+            usage.add(cq, flavor, job.demand)
+            queue_use[cq] = queue_use.get(cq, 0.0) + job.demand.weight(weights)
             decision.admit.append(Admission(job.job_id, flavor, usage.borrowed(cq, flavor)))
             _advance(heads, queues, cq)
             continue
@@ -291,7 +351,7 @@ def schedule(snap: Snapshot) -> Decision:
 def _order(usage: Usage, flavors: list[str], job: Workload, fair_key: tuple[float, ...]):
     """Jobs within their queue's nominal quota before jobs that would borrow (as in Kueue: a
     loan is never made in the cycle that needs it back), then priority, fair share, age."""
-    borrows = all(usage.borrows(job.cluster_queue, f, job.gpus) for f in flavors)
+    borrows = all(usage.borrows(job.cluster_queue, f, job.demand) for f in flavors)
     return (borrows, -job.priority, fair_key, job.submitted, job.job_id)
 
 
@@ -319,11 +379,11 @@ def _choose_flavor(usage: Usage, job: Workload, flavors: list[str], claims: dict
     """The first flavor that fits, preferring one that needs no borrowing (Kueue's
     flavor fungibility); a flavor a blocked head of this tree claims allows no borrowing."""
     cq = job.cluster_queue
-    within = [f for f in flavors if not usage.borrows(cq, f, job.gpus)]
+    within = [f for f in flavors if not usage.borrows(cq, f, job.demand)]
     for f in within + [f for f in flavors if f not in within]:
-        if usage.borrows(cq, f, job.gpus) and _claimant(usage, claims, job, f):
+        if usage.borrows(cq, f, job.demand) and _claimant(usage, claims, job, f):
             continue
-        if usage.fits(cq, f, job.gpus):
+        if usage.fits(cq, f, job.demand):
             return f
     return None
 
@@ -339,7 +399,7 @@ def _make_room(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], 
     first flavor where that makes it fit; returns the new victims. A victim's GPUs are
     promised to one head only: the next head does not count on them."""
     for flavor in flavors:
-        if usage.fits(job.cluster_queue, flavor, job.gpus):
+        if usage.fits(job.cluster_queue, flavor, job.demand):
             continue  # it fits but may not borrow there now: another head claimed it (HeldForAhead)
         leaving = [h for h in cycle.leaving.values() if h.flavor == flavor]
         enough = _fewest(usage, job, flavor, leaving)
@@ -363,7 +423,7 @@ def _promise(cycle: Cycle, job: Workload, victims: list[Holder]) -> None:
 
 def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle: Cycle) -> list[Holder]:
     cq = job.cluster_queue
-    within_nominal = not usage.borrows(cq, flavor, job.gpus)
+    within_nominal = not usage.borrows(cq, flavor, job.demand)
     out = []
     for h in snap.holders:
         if h.flavor != flavor or h.preempting or h.job_id in cycle.taken:
@@ -375,17 +435,19 @@ def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle:
             within_nominal
             and usage.has(h.cluster_queue, flavor)
             and usage.root[h.cluster_queue] == usage.root[cq]
-            and usage.borrowed(h.cluster_queue, flavor)
+            and usage.borrowing(h.cluster_queue, flavor)
         ):
             out.append(h)  # reclaim what was lent
     return out
 
 
 def _loss(snap: Snapshot, usage: Usage, h: Holder):
-    """GPU-seconds since the victim's last checkpoint (or start) first: the work it loses."""
+    """Weighted resource-seconds since the victim's last checkpoint (or start) first: the work
+    it loses."""
     marks = [x for x in (h.last_checkpoint, h.started) if x is not None]
-    work_lost = h.gpus * max(0.0, snap.now - max(marks)) if marks else 0.0
-    return (work_lost, h.priority, -usage.borrowed(h.cluster_queue, h.flavor), h.gpus, h.job_id)
+    size = h.demand.weight(snap.tenancy.resource_weights)
+    work_lost = size * max(0.0, snap.now - max(marks)) if marks else 0.0
+    return (work_lost, h.priority, -usage.borrowed(h.cluster_queue, h.flavor), size, h.job_id)
 
 
 def _fewest(
@@ -397,21 +459,21 @@ def _fewest(
     chosen: list[Holder] = []
     trial = usage
     for victim in candidates:
-        if trial.fits(job.cluster_queue, flavor, job.gpus):
+        if trial.fits(job.cluster_queue, flavor, job.demand):
             break
         if (
             lenders_only
             and victim.cluster_queue != job.cluster_queue
-            and not trial.borrowed(victim.cluster_queue, flavor)
+            and not trial.borrowing(victim.cluster_queue, flavor)
         ):
             continue  # that queue is back within its own quota
         chosen.append(victim)
         trial = usage.without(chosen)
-    if not trial.fits(job.cluster_queue, flavor, job.gpus):
+    if not trial.fits(job.cluster_queue, flavor, job.demand):
         return None
     for victim in reversed(list(chosen)):
         rest = [v for v in chosen if v is not victim]
-        if usage.without(rest).fits(job.cluster_queue, flavor, job.gpus):
+        if usage.without(rest).fits(job.cluster_queue, flavor, job.demand):
             chosen = rest
     return chosen
 
@@ -419,10 +481,14 @@ def _fewest(
 def _victim_reason(usage: Usage, victim: Holder, job: Workload) -> str:
     if victim.cluster_queue == job.cluster_queue:
         return f"preempted for higher-priority job {job.job_id} in queue {job.cluster_queue}"
-    lent = min(victim.gpus, usage.borrowed(victim.cluster_queue, victim.flavor))
+    resource = usage.borrowing(victim.cluster_queue, victim.flavor) or Resource.gpu
+    i = RESOURCES.index(resource)
+    nominal = usage.quotas[victim.cluster_queue, victim.flavor][i].nominal
+    lent = min(victim.demand[i], max(0, usage.used[victim.cluster_queue, victim.flavor][i] - nominal))
     return (
-        f"reclaimed by {job.cluster_queue}: {victim.cluster_queue} was borrowing {lent} {victim.flavor} GPU(s) "
-        f"(this job held {victim.gpus}) that {job.cluster_queue} needs within its nominal quota for job {job.job_id}"
+        f"reclaimed by {job.cluster_queue}: {victim.cluster_queue} was borrowing "
+        f"{amount_words(resource, lent, victim.flavor)} (this job held {victim.demand[i]}) that "
+        f"{job.cluster_queue} needs within its nominal quota for job {job.job_id}"
     )
 
 
@@ -432,23 +498,26 @@ def _never_fits(job: Workload, best: Ceiling | None) -> PendingReason:
         return PendingReason(
             PendingCode.NoFlavor, f"queue {job.cluster_queue} has no flavor this job may use", 1, needs=job.gpus
         )
+    resource, needs = best.resource, job.demand[RESOURCES.index(best.resource)]
+    has = f"{best.capacity} GPUs" if resource is Resource.gpu else amount_words(resource, best.capacity)
     if best.capacity_short:
         why = (
-            f"the {best.flavor} backend has {best.capacity} GPUs now (fewer than the queue's quota: nodes down, "
-            "or the backend did not answer); it waits until it has enough"
+            f"the {best.flavor} backend has {has} now (fewer than the queue's quota: nodes down, or the "
+            "backend did not answer); it waits until it has enough"
         )
     else:
         why = (
-            f"queue {job.cluster_queue} can get at most {best.gpus} {best.flavor} GPU(s) (nominal + borrowable); "
-            "ask an admin to raise the quota or submit a smaller job"
+            f"queue {job.cluster_queue} can get at most {amount_words(resource, best.most, best.flavor)} "
+            "(nominal + borrowable); ask an admin to raise the quota or submit a smaller job"
         )
     return PendingReason(
         PendingCode.NeverFits,
-        f"needs {job.gpus} GPU(s) but {why}",
+        f"needs {amount_words(resource, needs)} but {why}",
         1,
         flavor=best.flavor,
-        needs=job.gpus,
-        available=best.gpus,
+        needs=needs,
+        available=best.most,
+        resource=resource,
     )
 
 
@@ -457,18 +526,22 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
     victims = cycle.promised.get(job.job_id)
     if victims:
         flavor = victims[0].flavor
+        resource = usage.short(cq, flavor, job.demand)
+        resource = resource[0] if resource else Resource.gpu
+        i = RESOURCES.index(resource)
         names = ", ".join(h.job_id for h in victims)
         return PendingReason(
             PendingCode.Preempting,
-            f"waiting for {sum(h.gpus for h in victims)} {flavor} GPU(s) being freed by "
+            f"waiting for {amount_words(resource, sum(h.demand[i] for h in victims), flavor)} being freed by "
             f"preempting {names} (they were warned and may checkpoint first)",
             1,
             flavor,
-            job.gpus,
-            usage.headroom(cq, flavor)[0],
+            job.demand[i],
+            usage.headroom(cq, flavor, resource)[0],
             tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, "being preempted") for h in victims),
+            resource=resource,
         )
-    held = [f for f in flavors if usage.fits(cq, f, job.gpus) and _claimant(usage, cycle.claims, job, f)]
+    held = [f for f in flavors if usage.fits(cq, f, job.demand) and _claimant(usage, cycle.claims, job, f)]
     if held:
         head = _claimant(usage, cycle.claims, job, held[0])
         return PendingReason(
@@ -482,52 +555,100 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
             usage.headroom(cq, held[0])[0],
             (Ahead(head.job_id, head.cluster_queue, head.gpus, "waiting ahead"),),
         )
-    flavor = min(flavors, key=lambda f: job.gpus - usage.headroom(cq, f)[0])
-    available, code = usage.headroom(cq, flavor)
-    holders = _holders_in_the_way(snap, usage, job, flavor, code)
-    q = usage.quota(cq, flavor)
-    words = {
-        PendingCode.QuotaExhausted: (
-            f"queue {cq} is at its {flavor} quota ({q.nominal} nominal + {q.borrowing_limit} borrowable)"
+    shortages = {f: usage.short(cq, f, job.demand) for f in flavors}
+    flavor = min(
+        (f for f in flavors if shortages[f]),
+        key=lambda f: (
+            RESOURCES.index(shortages[f][0]),
+            job.demand[RESOURCES.index(shortages[f][0])] - shortages[f][1],
         ),
-        PendingCode.PoolLent: f"the rest of the {flavor} quota of {usage.root[cq].partition(':')[2]}'s tree is in use",
-        PendingCode.CapacityFull: f"all {usage.capacity.get(flavor, 0)} {flavor} GPUs are in use",
-    }[code]
-    message = f"waiting for {job.gpus} {flavor} GPU(s) at once; {available} free to it: {words}"
+    )
+    resource, available, code = shortages[flavor]
+    i = RESOURCES.index(resource)
+    needs = job.demand[i]
+    holders = _holders_in_the_way(snap, usage, job, flavor, code, i)
+    message = _blocked_words(usage, job, flavor, resource, available, code)
     ahead = tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, _why(usage, h, cq)) for h in holders[:MAX_AHEAD])
     if ahead:
         message += "; held by " + ", ".join(
-            f"{a.job_id} ({a.cluster_queue}, {a.gpus} GPUs, {a.why})" for a in ahead[:3]
+            f"{a.job_id} ({a.cluster_queue}, {_held(h, i)}, {a.why})" for a, h in zip(ahead[:3], holders, strict=False)
         )
     return PendingReason(
-        code, message, 1, flavor, job.gpus, available, ahead, _estimate(snap, holders, job.gpus - available)
+        code,
+        message,
+        1,
+        flavor,
+        needs,
+        available,
+        ahead,
+        _estimate(snap, holders, needs - available, i),
+        resource,
     )
 
 
-def _holders_in_the_way(snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: PendingCode) -> list[Holder]:
+def _blocked_words(
+    usage: Usage, job: Workload, flavor: str, resource: Resource, available: int, code: PendingCode
+) -> str:
+    cq, i = job.cluster_queue, RESOURCES.index(resource)
+    q = usage.quotas[cq, flavor][i]
+    what = flavor if resource is Resource.gpu else f"{flavor} {resource.value}"
+    capacity = usage.capacity.get(flavor, Amounts())[i]
+    words = {
+        PendingCode.QuotaExhausted: (
+            f"queue {cq} is at its {what} quota ({q.nominal if q else 0} nominal + "
+            f"{q.borrowing_limit if q else 0} borrowable)"
+        ),
+        PendingCode.PoolLent: f"the rest of the {what} quota of {usage.root[cq].partition(':')[2]}'s tree is in use",
+        PendingCode.CapacityFull: (
+            f"all {capacity} {flavor} GPUs are in use"
+            if resource is Resource.gpu
+            else f"all {amount_words(resource, capacity, flavor)} are in use"
+        ),
+    }[code]
+    if resource is Resource.gpu:
+        return f"waiting for {job.gpus} {flavor} GPU(s) at once; {available} free to it: {words}"
+    needs = amount_words(resource, job.demand[i])
+    return f"needs {needs} on {flavor}; {amount_words(resource, available)} free to it: {words}"
+
+
+def _held(h: Holder, i: int) -> str:
+    return f"{h.gpus} GPUs" if i == 0 else amount_words(RESOURCES[i], h.demand[i])
+
+
+def _holders_in_the_way(
+    snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: PendingCode, i: int
+) -> list[Holder]:
     """Whose end would help: its own queue's jobs when its quota is the limit; otherwise the
-    jobs of its tree (of the whole flavor when the backend is full), borrowers first."""
+    jobs of its tree (of the whole flavor when the backend is full), borrowers first; only
+    jobs that hold some of the resource it waits for."""
     cq = job.cluster_queue
 
     def helps(h: Holder) -> bool:
+        if not h.demand[i]:
+            return False
         if code is PendingCode.QuotaExhausted:
             return h.cluster_queue == cq
         return code is PendingCode.CapacityFull or usage.root.get(h.cluster_queue) == usage.root[cq]
 
     found = [h for h in snap.holders if h.flavor == flavor and helps(h)]
-    borrowed = {q: usage.borrowed(q, flavor) for q in {h.cluster_queue for h in found}}
-    found.sort(key=lambda h: (-borrowed[h.cluster_queue], -h.gpus, h.job_id))
+    borrowed = {q: _over_nominal(usage, q, flavor, i) for q in {h.cluster_queue for h in found}}
+    found.sort(key=lambda h: (-borrowed[h.cluster_queue], -h.demand[i], h.job_id))
     return found
 
 
+def _over_nominal(usage: Usage, cq: str, flavor: str, i: int) -> int:
+    quota = usage.quotas.get((cq, flavor), (None,) * len(RESOURCES))[i]
+    return 0 if quota is None else max(0, usage.used[cq, flavor][i] - quota.nominal)
+
+
 def _why(usage: Usage, h: Holder, cq: str) -> str:
-    if usage.borrowed(h.cluster_queue, h.flavor):
+    if usage.borrowing(h.cluster_queue, h.flavor):
         return "borrowing"
     return "same queue" if h.cluster_queue == cq else "within its quota"
 
 
-def _estimate(snap: Snapshot, holders: list[Holder], shortfall: int) -> float | None:
-    """When enough of the GPUs in the way are free if each holder runs to its time limit;
+def _estimate(snap: Snapshot, holders: list[Holder], shortfall: int, i: int = 0) -> float | None:
+    """When enough of what is in the way is free if each holder runs to its time limit;
     None if one that must end first has no limit we know."""
     if shortfall <= 0:
         return snap.now
@@ -535,21 +656,24 @@ def _estimate(snap: Snapshot, holders: list[Holder], shortfall: int) -> float | 
     for h in sorted(holders, key=lambda h: h.ends_by or float("inf")):
         if h.ends_by is None:
             return None
-        freed += h.gpus
+        freed += h.demand[i]
         if freed >= shortfall:
             return max(snap.now, h.ends_by)
     return None
 
 
 def _queued(head_reason: PendingReason, head: Workload, job: Workload, position: int) -> PendingReason:
+    resource = head_reason.resource
+    i = RESOURCES.index(resource)
     return PendingReason(
         PendingCode.Queued,
         f"position {position} in queue {job.cluster_queue}, behind {head.job_id} "
-        f"which waits for {head.gpus} GPU(s); it needs {job.gpus}",
+        f"which waits for {amount_words(resource, head.demand[i])}; it needs {amount_words(resource, job.demand[i])}",
         position,
         head_reason.flavor,
-        job.gpus,
+        job.demand[i],
         head_reason.available,
         (Ahead(head.job_id, head.cluster_queue, head.gpus, "next in queue"),),
         None,
+        resource,
     )

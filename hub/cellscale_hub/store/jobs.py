@@ -45,7 +45,7 @@ def insert_job(session: Session, job: Job) -> tuple[Job, bool]:
                     message=f"submitted to queue {job.queue} on backend {job.backend}",
                 )
             if job.phase is Phase.PENDING:
-                totals.note_pending(session, job.cluster_queue, 1, job.gpus)
+                totals.note_pending(session, job.cluster_queue, 1, job.gpus, job.cpus or 0)
             return job, True
         except IntegrityError:  # a concurrent retry of the same submit won the race
             existing = find_by_key(session, job.owner, job.idempotency_key)
@@ -106,7 +106,7 @@ def transition(
     check_transition(current, target)
     if Phase.PENDING in (current, target):
         sign = 1 if target is Phase.PENDING else -1
-        totals.note_pending(session, job.cluster_queue, sign, sign * job.gpus)
+        totals.note_pending(session, job.cluster_queue, sign, sign * job.gpus, sign * (job.cpus or 0))
     job.phase, job.reason, job.updated_at = target, message or reason, utcnow()
     if target is Phase.RUNNING and job.started_at is None:
         job.started_at = job.updated_at

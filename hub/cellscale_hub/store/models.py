@@ -80,6 +80,8 @@ class Job(Base):
     spec: Mapped[dict] = mapped_column(JSON)
     inputs_sha256: Mapped[str | None] = mapped_column(String(64), index=True)  # its inputs bundle, if any
     gpus: Mapped[int] = mapped_column(Integer, default=0)
+    cpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    memory_mb: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # as asked with --mem (0: not)
     phase: Mapped[Phase] = mapped_column(Vocabulary(Phase, 16), index=True)
     reason: Mapped[str | None] = mapped_column(Text)
     preempt_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)  # warned: cancel at this time
@@ -140,6 +142,7 @@ class QueueTotal(Base):
     cluster_queue: Mapped[str] = mapped_column(String(63), primary_key=True)
     pending_jobs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     pending_gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    pending_cpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     ended_gpu_seconds: Mapped[float] = mapped_column(Double, default=0.0, server_default="0")
 
 

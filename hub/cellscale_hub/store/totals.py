@@ -26,15 +26,18 @@ _NOTES = "cellscale.queue_totals"
 class Delta:
     pending_jobs: int = 0
     pending_gpus: int = 0
+    pending_cpus: int = 0
     ended_gpu_seconds: float = 0.0
 
 
-def note_pending(session: Session, cluster_queue: str | None, jobs: int, gpus: int) -> None:
-    """`jobs` jobs with `gpus` GPUs in all joined (+) or left (-) the queue's waiting jobs."""
+def note_pending(session: Session, cluster_queue: str | None, jobs: int, gpus: int, cpus: int = 0) -> None:
+    """`jobs` jobs with `gpus` GPUs and `cpus` cores in all joined (+) or left (-) the queue's
+    waiting jobs."""
     if cluster_queue:
         delta = _deltas(session)[cluster_queue]
         delta.pending_jobs += jobs
         delta.pending_gpus += gpus
+        delta.pending_cpus += cpus
 
 
 def note_ended(session: Session, cluster_queue: str | None, gpu_seconds: float) -> None:
@@ -69,6 +72,7 @@ def _apply(session: Session) -> None:
         values = {
             "pending_jobs": delta.pending_jobs,
             "pending_gpus": delta.pending_gpus,
+            "pending_cpus": delta.pending_cpus,
             "ended_gpu_seconds": delta.ended_gpu_seconds,
         }
         upsert = insert(table).values(cluster_queue=cluster_queue, **values)

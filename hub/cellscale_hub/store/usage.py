@@ -14,9 +14,10 @@ from cellscale.spec import FlavorUsage, QueueUsage
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, QUOTA_HOLDING_PHASES, Fault, Phase
 from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
+from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.store import totals
 from cellscale_hub.store.models import Attempt, Job, QueueTotal
-from cellscale_hub.tenancy import Tenancy
+from cellscale_hub.tenancy import ResourceWeights, Tenancy
 
 HISTORY_HALF_LIVES = 8  # older use weighs under 0.4%: not worth reading
 
@@ -34,7 +35,7 @@ def snapshot(
         capacity=capacity,
         holders=tuple(holders(session)),
         pending=tuple(pending),
-        history=history(session, now, half_life_s),
+        history=history(session, now, half_life_s, tenancy.resource_weights),
         now=now.timestamp(),
     )
 
@@ -72,9 +73,17 @@ class PendingWorkloads:
 
 def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workload]:
     """A job may use its queue's flavors on the backend its spec was shaped for."""
-    query = select(Job.id, Job.cluster_queue, Job.gpus, Job.priority, Job.created_at, Job.backend, Job.tenant).where(
-        Job.id.in_(ids)
-    )
+    query = select(
+        Job.id,
+        Job.cluster_queue,
+        Job.gpus,
+        Job.priority,
+        Job.created_at,
+        Job.backend,
+        Job.tenant,
+        Job.cpus,
+        Job.memory_mb,
+    ).where(Job.id.in_(ids))
     flavors: dict[tuple[str, str], tuple[str, ...]] = {}
     out = []
     for row in session.execute(query):
@@ -85,7 +94,15 @@ def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workl
             flavors[key] = tuple(tenancy.flavors_for(*key))  # shaped for this backend
         out.append(
             Workload(
-                row.id, row.cluster_queue, row.gpus, row.priority, row.created_at.timestamp(), flavors[key], row.tenant
+                row.id,
+                row.cluster_queue,
+                row.gpus,
+                row.priority,
+                row.created_at.timestamp(),
+                flavors[key],
+                row.tenant,
+                row.cpus,
+                row.memory_mb,
             )
         )
     return out
@@ -111,16 +128,19 @@ def holder_of(job: Job) -> Holder:
         started.timestamp() + timeout_s if started else None,
         job.preempt_deadline is not None,
         job.tenant,
+        job.cpus,
+        job.memory_mb,
     )
 
 
-def history(session: Session, now: datetime, half_life_s: float) -> dict[str, float]:
-    """Recent average GPUs per cluster queue, decayed with the half-life: the attempts that
-    run and those that ended within HISTORY_HALF_LIVES (two indexed reads, not all attempts)."""
+def history(session: Session, now: datetime, half_life_s: float, weights: ResourceWeights) -> dict[str, float]:
+    """Recent average use per cluster queue in GPU-equivalents (`weights`), decayed with the
+    half-life: the attempts that run and those that ended within HISTORY_HALF_LIVES (two
+    indexed reads, not all attempts)."""
     if half_life_s <= 0:
         return {}
     since = now - timedelta(seconds=HISTORY_HALF_LIVES * half_life_s)
-    columns = select(Job.cluster_queue, Job.gpus, Attempt.started_at, Attempt.ended_at).join(
+    columns = select(Job.cluster_queue, Job.gpus, Job.cpus, Job.memory_mb, Attempt.started_at, Attempt.ended_at).join(
         Attempt, Attempt.job_id == Job.id
     )
     running = columns.where(Attempt.state.in_(ACTIVE_ATTEMPT_STATES), Attempt.ended_at.is_(None))
@@ -128,9 +148,10 @@ def history(session: Session, now: datetime, half_life_s: float) -> dict[str, fl
     decayed: dict[str, float] = defaultdict(float)
     t = now.timestamp()
     for query in (running, recent):
-        for cq, gpus, started, ended in session.execute(query.where(Attempt.started_at.is_not(None))):
+        for cq, gpus, cpus, memory, started, ended in session.execute(query.where(Attempt.started_at.is_not(None))):
             end = ended.timestamp() if ended else t
-            decayed[cq] += decayed_gpu_seconds(gpus, started.timestamp(), end, t, half_life_s)
+            size = Amounts(gpus, cpus, memory).weight(weights)
+            decayed[cq] += decayed_gpu_seconds(size, started.timestamp(), end, t, half_life_s)
     return {cq: average_gpus(value, half_life_s) for cq, value in decayed.items()}
 
 
@@ -165,11 +186,12 @@ def queue_usage(
     session: Session, tenancy: Tenancy, now: datetime, half_life_s: float, only: set[str] | None = None
 ) -> list[QueueUsage]:
     """Quota, use and pressure per cluster queue (`only`: these queues)."""
-    held: dict[tuple[str, str], int] = defaultdict(int)
+    held: dict[tuple[str, str], Amounts] = defaultdict(Amounts)
     for h in holders(session):
-        held[h.cluster_queue, h.flavor] += h.gpus
+        held[h.cluster_queue, h.flavor] = held[h.cluster_queue, h.flavor].plus(h.demand)
     counted = totals.read(session)
-    recent, hours = history(session, now, half_life_s), gpu_hours(session, now, counted)
+    recent = history(session, now, half_life_s, tenancy.resource_weights)
+    hours = gpu_hours(session, now, counted)
     out = []
     for name, cq in tenancy.cluster_queues.items():
         if only is not None and name not in only:
@@ -181,8 +203,12 @@ def queue_usage(
                 nominal=q.nominal,
                 borrowing_limit=q.borrowing_limit,
                 lending_limit=q.lending_limit,
-                used=held[name, f],
-                borrowed=max(0, held[name, f] - q.nominal),
+                used=held[name, f].gpu,
+                borrowed=max(0, held[name, f].gpu - q.nominal),
+                cpus_used=held[name, f].cpu,
+                cpu_nominal=q.cpu.nominal if q.cpu else None,
+                memory_mb_used=held[name, f].memory,
+                memory_mb_nominal=q.memory.nominal if q.memory else None,
             )
             for f, q in cq.quotas.items()
         ]
@@ -194,6 +220,7 @@ def queue_usage(
                 flavors=flavors,
                 pending_jobs=counted[name].pending_jobs if name in counted else 0,
                 pending_gpus=counted[name].pending_gpus if name in counted else 0,
+                pending_cpus=counted[name].pending_cpus if name in counted else 0,
                 recent_gpus=round(recent.get(name, 0.0), 3),
                 gpu_hours=round(hours.get(name, 0.0), 4),
             )

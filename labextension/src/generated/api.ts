@@ -494,6 +494,26 @@ export interface components {
             gpus_per_node: number;
             /** Launchers */
             launchers: components["schemas"]["Launcher"][];
+            /**
+             * Capacity Cpus
+             * @description CPU cores in all (None: the backend does not say).
+             */
+            capacity_cpus?: number | null;
+            /**
+             * Cpus Per Node
+             * @description Cores of its largest node.
+             */
+            cpus_per_node?: number | null;
+            /**
+             * Capacity Memory Mb
+             * @description Memory in all, MiB.
+             */
+            capacity_memory_mb?: number | null;
+            /**
+             * Memory Mb Per Node
+             * @description Memory of its largest node, MiB.
+             */
+            memory_mb_per_node?: number | null;
         };
         /** BundleRef */
         BundleRef: {
@@ -627,6 +647,28 @@ export interface components {
              * @description Of those, GPUs beyond nominal.
              */
             borrowed: number;
+            /**
+             * Cpus Used
+             * @description CPU cores held by admitted and running jobs.
+             * @default 0
+             */
+            cpus_used: number;
+            /**
+             * Cpu Nominal
+             * @description The queue's CPU quota here (None: not quota'd).
+             */
+            cpu_nominal?: number | null;
+            /**
+             * Memory Mb Used
+             * @description Memory (MiB) held, as jobs asked for it with --mem.
+             * @default 0
+             */
+            memory_mb_used: number;
+            /**
+             * Memory Mb Nominal
+             * @description The queue's memory quota here, MiB (None: not quota'd).
+             */
+            memory_mb_nominal?: number | null;
         };
         /** JobPage */
         JobPage: {
@@ -799,6 +841,28 @@ export interface components {
              */
             complete: boolean;
         };
+        /**
+         * MemoryQuota
+         * @description Memory in MiB; the YAML may write sizes with units ("512Gi", "64G", "1T").
+         */
+        MemoryQuota: {
+            /**
+             * Nominal
+             * @description Guaranteed to this queue.
+             * @default 0
+             */
+            nominal: number;
+            /**
+             * Borrowing Limit
+             * @description Most it may borrow; absent: no limit.
+             */
+            borrowing_limit?: number | null;
+            /**
+             * Lending Limit
+             * @description Most of its nominal others may borrow; absent: all.
+             */
+            lending_limit?: number | null;
+        };
         /** NodeFaults */
         NodeFaults: {
             /** Node */
@@ -889,8 +953,14 @@ export interface components {
              */
             pending_gpus: number;
             /**
+             * Pending Cpus
+             * @description CPU cores wanted by its waiting jobs.
+             * @default 0
+             */
+            pending_cpus: number;
+            /**
              * Recent Gpus
-             * @description Average GPUs over the fair-share half-life (decayed history).
+             * @description Average use over the fair-share half-life (decayed history), in GPU-equivalents: GPUs, plus CPUs and memory at the tenancy's resource_weights.
              */
             recent_gpus: number;
             /**
@@ -907,6 +977,7 @@ export interface components {
             /**
              * Nominal
              * @description GPUs guaranteed to this queue.
+             * @default 0
              */
             nominal: number;
             /**
@@ -919,6 +990,10 @@ export interface components {
              * @description Most of its nominal GPUs others may borrow; absent: all.
              */
             lending_limit?: number | null;
+            /** @description CPU cores; absent: not limited by quota. */
+            cpu?: components["schemas"]["ResourceQuota"] | null;
+            /** @description Memory in MiB (or with units); absent: not limited by quota. */
+            memory?: components["schemas"]["MemoryQuota"] | null;
         };
         /** RenderView */
         RenderView: {
@@ -926,6 +1001,28 @@ export interface components {
             backend: string;
             /** Script */
             script: string;
+        };
+        /**
+         * ResourceQuota
+         * @description One resource's share of a flavor: the same three numbers Kueue gives every covered resource.
+         */
+        ResourceQuota: {
+            /**
+             * Nominal
+             * @description Guaranteed to this queue.
+             * @default 0
+             */
+            nominal: number;
+            /**
+             * Borrowing Limit
+             * @description Most it may borrow; absent: no limit.
+             */
+            borrowing_limit?: number | null;
+            /**
+             * Lending Limit
+             * @description Most of its nominal others may borrow; absent: all.
+             */
+            lending_limit?: number | null;
         };
         /**
          * Resources
@@ -944,6 +1041,22 @@ export interface components {
              * @default 0
              */
             gpus_per_node: number;
+            /**
+             * Tasks Per Node
+             * @description Processes (ranks) on each node; absent: one per GPU for torchrun, else one.
+             */
+            tasks_per_node?: number | null;
+            /**
+             * Cpus Per Task
+             * @description CPU cores for each process (Slurm's --cpus-per-task).
+             * @default 1
+             */
+            cpus_per_task: number;
+            /**
+             * Memory Mb Per Node
+             * @description Memory per node in MiB (--mem); absent: the backend's default per core, not counted in quotas.
+             */
+            memory_mb_per_node?: number | null;
             /**
              * Timeout Min
              * @description Wall-clock limit in minutes.
