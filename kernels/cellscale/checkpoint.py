@@ -25,6 +25,13 @@ leaves nothing a resume could trip on; the next commit deletes such leftovers. T
 lists every file's size and sha256, and a checkpoint whose files no longer match it is
 skipped, with the reason, in favour of the one before.
 
+The bytes go out through cellscale.checkpoint_storage: each rank writes its shards into up to
+4 files in parallel, hashing every byte on its way out (the commit reads nothing back), and on a
+local disk with large aligned O_DIRECT writes, each file fsynced before the commit; the folders
+are fsynced around the rename and the manifest, so a manifest never names data the disk has not
+got. An async save copies the state into a host copy kept between saves (pinned when the state
+is on a GPU): that copy is all the training loop waits for.
+
 Tensor state goes through DCP, so the ranks of a process group each write their own shards
 and a job may resume on another world size. `extra` is pickled for the job's own code; the
 control plane never unpickles anything: it reads the notifier's JSON lines.
@@ -58,9 +65,10 @@ from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel
 
 # DCP's fsspec storage is not re-exported from torch.distributed.checkpoint (torch 2.13)
-from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
 import cellscale
+from cellscale.checkpoint_storage import FsspecHashingWriter, LocalWriter, Staging
 from cellscale.runtime.environment import JobEnvironment
 from cellscale.runtime.jobdir import JobDir, write_atomic
 from cellscale.runtime.records import Checkpoint, ResumeReport, Skipped
@@ -208,27 +216,27 @@ class Checkpointer:
         self._group = _Group()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cellscale-checkpoint")
         self._pending: Future[Checkpoint] | None = None
+        self._staging = Staging()
 
     # -- saving ----------------------------------------------------------------------------
     def save(self, step: int, state_dict: dict[str, Any], extra: Any = None, async_: bool = True) -> Future[Checkpoint]:
         """Checkpoint `state_dict` (DCP: tensors, modules, optimizers) and this rank's `extra`
         (pickled) as `step`. Async (the default) returns once the state is copied to host memory,
         so training goes on while it is written; the future resolves when it is committed. One
-        save is in flight at a time (one host copy): a save first waits for the one before."""
+        save is in flight at a time (one host copy, kept for the next save): a save first waits
+        for the one before."""
         if step < 0:
             raise ValueError(f"step must be >= 0, not {step}")
         self._settle()
         started = time.time()
         tmp = f"{self.root}/{TMP_PREFIX}{step}-{self._group.agree(lambda: uuid.uuid4().hex)[0]}"
         blob = None if extra is None else pickle.dumps(extra, protocol=pickle.HIGHEST_PROTOCOL)
-        writer = self._writer(f"{tmp}/dcp")
         if not async_:
-            dcp.save(state_dict, storage_writer=writer, process_group=self._group.pg)
             done: Future[Checkpoint] = Future()
-            done.set_result(self._finish(step, tmp, blob, started))
+            done.set_result(self._persist(state_dict, step, tmp, blob, started))
             return done
-        written = dcp.async_save(state_dict, storage_writer=writer, process_group=self._group.pg)
-        self._pending = self._executor.submit(self._finish_after, written, step, tmp, blob, started)
+        staged = self._staging.stage(state_dict)
+        self._pending = self._executor.submit(self._persist, staged, step, tmp, blob, started)
         self._pending.add_done_callback(_log_failure)
         return self._pending
 
@@ -242,36 +250,32 @@ class Checkpointer:
         if self._pending is not None:
             wait_for([self._pending])
 
-    def _finish_after(self, written: Future, step: int, tmp: str, blob: bytes | None, started: float) -> Checkpoint:
-        written.result()
-        return self._finish(step, tmp, blob, started)
-
-    def _finish(self, step: int, tmp: str, blob: bytes | None, started: float) -> Checkpoint:
-        """Once every rank's shards are written: add the extras, hash the files (each rank a
-        share) and let rank 0 commit. Every rank returns the committed checkpoint."""
-        self._group.agree(lambda: self._put_extra(tmp, blob))
-        shares = self._group.agree(lambda: self._hash_share(tmp))
+    def _persist(self, state: dict[str, Any], step: int, tmp: str, blob: bytes | None, started: float) -> Checkpoint:
+        """Write this rank's shards and `extra` into `tmp`, learn every rank's files, and let
+        rank 0 commit. Every rank returns the committed checkpoint."""
+        writer = self._writer(f"{tmp}/dcp")
+        dcp.save(state, storage_writer=writer, process_group=self._group.pg)
+        shares = self._group.agree(lambda: self._written(writer, tmp, blob))
         files = {name: entry for share in shares for name, entry in share.items()}
         commit = (lambda: self._commit(step, tmp, files, started)) if self._group.rank == 0 else (lambda: None)
         return self._group.agree(commit)[0]
 
-    def _put_extra(self, tmp: str, blob: bytes | None) -> None:
+    def _written(self, writer: LocalWriter | FsspecHashingWriter, tmp: str, blob: bytes | None) -> dict[str, FileEntry]:
+        """This rank's files, hashed as they were written: its shards (and on rank 0 DCP's
+        .metadata), and its `extra`, written now."""
+        files = {f"dcp/{name}": FileEntry(size=size, sha256=sha256) for name, (size, sha256) in writer.files.items()}
         if blob is not None:
-            self._write(f"{tmp}/extra-{self._group.rank}.pkl", blob)
-
-    def _hash_share(self, directory: str) -> dict[str, FileEntry]:
-        self.fs.invalidate_cache(directory)
-        names = sorted(path[len(directory) + 1 :] for path in self.fs.find(directory))
-        share = names[self._group.rank :: self._group.size]
-        return {
-            name: FileEntry(size=self.fs.size(f"{directory}/{name}"), sha256=self._sha256(f"{directory}/{name}"))
-            for name in share
-        }
+            name = f"extra-{self._group.rank}.pkl"
+            self._write(f"{tmp}/{name}", blob)
+            files[name] = FileEntry(size=len(blob), sha256=hashlib.sha256(blob).hexdigest())
+        return files
 
     def _commit(self, step: int, tmp: str, files: dict[str, FileEntry], started: float) -> Checkpoint:
+        self._check_complete(tmp, files)
         final = self._dir(step)
         self._remove(final)  # a crashed write's leftover, or an older save of this same step
         self.fs.mv(tmp, final, recursive=True)
+        self._sync_folders(final, f"{final}/dcp", self.root)
         now = time.time()
         manifest = Manifest(
             step=step,
@@ -282,10 +286,34 @@ class Checkpointer:
             versions=_versions(),
         )
         self._write(f"{final}/{MANIFEST}", manifest.model_dump_json(indent=1).encode())
+        self._sync_folders(final)  # before pruning: a crash must not keep the deletions and lose the commit
         checkpoint = self._describe(manifest)
         self._prune()
         self._notify(checkpoint)
         return checkpoint
+
+    def _check_complete(self, tmp: str, files: dict[str, FileEntry]) -> None:
+        """The manifest must name every file of the checkpoint, and only those: a file written past
+        the hashing writer would never be verified."""
+        self.fs.invalidate_cache(tmp)
+        found = {path[len(tmp) + 1 :] for path in self.fs.find(tmp)}
+        if found != files.keys():
+            raise CheckpointError(
+                f"{tmp} does not hold the files its ranks wrote: unhashed {sorted(found - files.keys())}, "
+                f"missing {sorted(files.keys() - found)}"
+            )
+
+    def _sync_folders(self, *folders: str) -> None:
+        """fsync local folders, so the renames and new files in them are on disk (an object store
+        has no folders to sync)."""
+        if not self.local:
+            return
+        for folder in folders:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def _prune(self) -> None:
         """After a commit: delete checkpoints beyond the newest `keep`, and crashed writes."""
@@ -401,10 +429,10 @@ class Checkpointer:
     def _url(self, path: str) -> str:
         return path if self.local else self.fs.unstrip_protocol(path)
 
-    def _writer(self, directory: str) -> dcp.StorageWriter:
+    def _writer(self, directory: str) -> LocalWriter | FsspecHashingWriter:
         if self.local:
-            return dcp.FileSystemWriter(directory)
-        return FsspecWriter(self._url(directory), **self.storage_options)
+            return LocalWriter(directory)
+        return FsspecHashingWriter(self._url(directory), **self.storage_options)
 
     def _reader(self, directory: str) -> dcp.StorageReader:
         if self.local:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
 import threading
 import time
 import uuid
@@ -16,8 +19,10 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed.checkpoint.api import CheckpointException
 
-from cellscale.checkpoint import MANIFEST, Checkpointer, Manifest
+from cellscale import checkpoint_storage
+from cellscale.checkpoint import MANIFEST, Checkpointer, CheckpointError, FileEntry, Manifest
 
 # DCP says so on every save and load without a process group; single-process use is intended here
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
@@ -131,6 +136,92 @@ def test_a_crashed_write_is_invisible_and_removed_by_the_next_commit(url):
     assert sorted(fs.find(f"{ckpt.root}/step-6")) == sorted(
         f"{ckpt.root}/step-6/{name}" for name in (MANIFEST, "dcp/.metadata", "dcp/__0_0.distcp")
     )
+
+
+def test_files_are_hashed_as_they_are_written_with_no_read_back(url, monkeypatch):
+    monkeypatch.setattr(checkpoint_storage, "SPLIT_BYTES", 64)  # a small state, still written as 4 files
+    reads = []
+    sha256 = Checkpointer._sha256
+    monkeypatch.setattr(Checkpointer, "_sha256", lambda self, path: reads.append(path) or sha256(self, path))
+    ckpt = Checkpointer(url, notifier=quiet)
+    saved = model_state(1)
+    ckpt.save(1, saved, extra={"note": "x"}).result()
+    assert reads == []  # nothing read back to hash it
+
+    manifest = Manifest.model_validate_json(ckpt.fs.cat_file(f"{ckpt.root}/step-1/{MANIFEST}"))
+    shards = [f"dcp/__0_{n}.distcp" for n in range(checkpoint_storage.FILES_PER_RANK)]
+    assert sorted(manifest.files) == sorted(["dcp/.metadata", "extra-0.pkl", *shards])
+    for name, entry in manifest.files.items():
+        data = ckpt.fs.cat_file(f"{ckpt.root}/step-1/{name}")
+        assert entry == FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest()), name
+    template = blank_state()
+    assert ckpt.load(template).extra == {"note": "x"}
+    assert_same(template, saved)
+    assert len(reads) == len(manifest.files)  # verified before loading
+
+
+def disk_full(_fd, _data) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("async_", [False, True], ids=["sync", "async"])
+def test_a_write_that_fails_midway_commits_nothing(tmp_path, monkeypatch, async_):
+    ckpt = Checkpointer(str(tmp_path / "ckpt"), notifier=quiet)
+    ckpt.save(1, model_state(1), async_=False)
+    monkeypatch.setattr(checkpoint_storage, "_write_all", disk_full)
+    with pytest.raises(CheckpointException) as failed:  # DCP's, raised as it is
+        ckpt.save(2, model_state(2), async_=async_).result()
+    assert "No space left on device" in str(failed.value)
+    monkeypatch.undo()
+
+    assert [c.step for c in ckpt.list()] == [1] and ckpt.latest_verified().step == 1
+    [leftover] = [name for name in os.listdir(ckpt.root) if name != "step-1"]
+    assert leftover.startswith(".tmp-step-2-")
+    ckpt.save(3, model_state(3), async_=async_).result()
+    assert sorted(os.listdir(ckpt.root)) == ["step-1", "step-3"]
+
+
+def test_a_file_the_manifest_would_not_name_stops_the_commit(url, monkeypatch):
+    written = Checkpointer._written
+
+    def and_a_stray_file(self, writer, tmp, blob):
+        put(self.fs, f"{tmp}/dcp/stray.bin", b"written past the hashing writer")
+        return written(self, writer, tmp, blob)
+
+    monkeypatch.setattr(Checkpointer, "_written", and_a_stray_file)
+    ckpt = Checkpointer(url, notifier=quiet)
+    with pytest.raises(CheckpointError, match=r"unhashed \['dcp/stray.bin'\], missing \[\]"):
+        ckpt.save(1, model_state(1), async_=False)
+    assert ckpt.list() == []
+
+
+def test_async_saves_follow_an_optimizer_whose_state_appears_at_its_first_step(tmp_path):
+    def trained(steps: int) -> dict:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        optim = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(steps):
+            model(torch.randn(8, 4)).sum().backward()
+            optim.step()
+            optim.zero_grad()
+        return {"model": model, "optim": optim}
+
+    ckpt = Checkpointer(str(tmp_path / "ckpt"), notifier=quiet)
+    state = trained(0)
+    ckpt.save(0, state).result()  # no momentum buffers yet: the host copy has none
+    for step in (1, 2):
+        model, optim = state["model"], state["optim"]
+        model(torch.randn(8, 4)).sum().backward()
+        optim.step()
+        optim.zero_grad()
+        ckpt.save(step, state).result()
+
+    template = trained(1)  # a step taken, so the template has momentum buffers to load into
+    assert ckpt.load(template).step == 2
+    for loaded, saved in zip(template["model"].parameters(), state["model"].parameters(), strict=True):
+        assert torch.equal(loaded, saved)
+        momentum = template["optim"].state[loaded]["momentum_buffer"]
+        assert torch.equal(momentum, state["optim"].state[saved]["momentum_buffer"])
 
 
 def flip_a_byte(fs, path: str) -> None:
