@@ -1,16 +1,18 @@
 """What the handlers share: the store, the drivers, tenancy, identity, the settings they
-report, and a way to wake the controller. The API never reaches into the controller."""
+report, the followed logs, and a way to wake the controller. The API never reaches into the
+controller."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import Depends, HTTPException, Request
 
 from cellscale_hub.api import csrf
+from cellscale_hub.api.logwatch import LogWatch
 from cellscale_hub.auth import Identity, Principal, Unauthenticated
 from cellscale_hub.bundles import BundleStore
 from cellscale_hub.drivers import Driver
@@ -41,6 +43,10 @@ class Context:
     prefix: str
     settings: Settings = Settings()
     hub_oauth: object | None = None
+    log_watch: LogWatch = field(init=False)  # the followed logs; told of jobs' ends by the store
+
+    def __post_init__(self) -> None:
+        self.log_watch = LogWatch(self.store)
 
     def new_job_id(self) -> str:
         return "cs-" + secrets.token_hex(6)

@@ -67,6 +67,10 @@ class LocalDriver(Driver):
     def _default_name(self) -> str:
         return "local"
 
+    @default("log_poll_interval")
+    def _default_log_poll_interval(self) -> float:
+        return 5.0  # its jobs write on this host: inotify reports every line; the check is only a safety net
+
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
