@@ -43,8 +43,9 @@ def _health(url: str) -> bool:
         return False
 
 
-def _start_direct(home: Path, args: list[str]) -> ControlPlane:
-    """`python -m cellscale_hub --personal --data-dir HOME/personal ARGS...` (for --db-url, --gpus)."""
+def _start_direct(home: Path, args: list[str], env: dict[str, str] | None = None) -> ControlPlane:
+    """`python -m cellscale_hub --personal --data-dir HOME/personal ARGS...` (for --db-url, --gpus),
+    in `env` (this process's environment by default)."""
     data_dir = home / "personal"
     data_dir.mkdir(parents=True, mode=0o700)
     with open(data_dir / "control-plane.log", "ab") as log:
@@ -54,6 +55,7 @@ def _start_direct(home: Path, args: list[str]) -> ControlPlane:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=env,
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -71,11 +73,12 @@ def _start_direct(home: Path, args: list[str]) -> ControlPlane:
 
 
 @contextmanager
-def control_plane(*args: str):
+def control_plane(*args: str, env: dict[str, str] | None = None):
     """A personal control plane in a fresh CELLSCALE_HOME, stopped (SIGTERM, wait) on exit.
 
     Without arguments it is started the way users get it, by `cellscale.personal.ensure()`;
-    with arguments (`--db-url`, `--gpus`, ...) by running `python -m cellscale_hub` directly.
+    with arguments (`--db-url`, `--gpus`, ...) by running `python -m cellscale_hub` directly,
+    in `env` when given (e.g. another revision's code first on PYTHONPATH).
     """
     home = Path(tempfile.mkdtemp(prefix="cellscale-bench-"))
     old_home = os.environ.get("CELLSCALE_HOME")
@@ -83,7 +86,7 @@ def control_plane(*args: str):
     cp = None
     try:
         if args:
-            cp = _start_direct(home, list(args))
+            cp = _start_direct(home, list(args), env)
         else:
             from cellscale import personal
 

@@ -81,6 +81,23 @@ def test_transitions_write_events_and_refuse_illegal_moves(store):
     assert phases == ["PENDING", "ADMITTED", "STARTING", "RUNNING", "SUCCEEDED"]
 
 
+def test_a_jobs_end_is_announced_once_committed_and_only_then(store):
+    ended: list[str] = []
+    store.on_job_end(ended.append)
+    with store.session() as s:
+        job, _ = q.insert_job(s, make_job())
+        q.transition(s, job, Phase.ADMITTED, "QuotaReserved")
+    assert ended == []  # not an end
+    with pytest.raises(RuntimeError), store.session() as s:
+        q.transition(s, s.get(Job, "cs-1"), Phase.CANCELLED, "Cancelled")
+        assert ended == []  # not before the commit
+        raise RuntimeError("rolled back")
+    assert ended == []  # never committed
+    with store.session() as s:
+        q.transition(s, s.get(Job, "cs-1"), Phase.CANCELLED, "Cancelled")
+    assert ended == ["cs-1"]
+
+
 def test_list_filters_and_paginates(store):
     base = utcnow()
     with store.session() as s:

@@ -1,6 +1,6 @@
 """What the handlers share: the store, the drivers, tenancy, identity, the settings they
-report, a way to wake the controller and the reasons it publishes. The API never reaches
-into the controller."""
+report, the followed logs, a way to wake the controller and the reasons it publishes. The
+API never reaches into the controller."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from fastapi import Depends, HTTPException, Request
 
 from cellscale_hub.api import csrf
+from cellscale_hub.api.logwatch import LogWatch
 from cellscale_hub.auth import Identity, Principal, Unauthenticated
 from cellscale_hub.bundles import BundleStore
 from cellscale_hub.drivers import Driver
@@ -44,6 +45,10 @@ class Context:
     settings: Settings = Settings()
     hub_oauth: object | None = None
     waiting: WaitingBoard = field(default_factory=WaitingBoard)  # the controller's: why pending jobs wait
+    log_watch: LogWatch = field(init=False)  # the followed logs; told of jobs' ends by the store
+
+    def __post_init__(self) -> None:
+        self.log_watch = LogWatch(self.store)
 
     def new_job_id(self) -> str:
         return "cs-" + secrets.token_hex(6)

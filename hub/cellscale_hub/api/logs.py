@@ -6,15 +6,11 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from fastapi import Request
-
 from cellscale.spec import LogChunk
 from cellscale_hub.api.context import Context
 from cellscale_hub.drivers import Driver
 from cellscale_hub.store.models import Job
 
-FOLLOW_POLL_SECONDS = 0.05
-PHASE_CHECK_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15.0
 
 
@@ -38,31 +34,30 @@ def read_chunk(ctx: Context, driver: Driver, job_id: str, offset: int, max_bytes
     )
 
 
-async def follow(ctx: Context, driver: Driver, job_id: str, offset: int, request: Request) -> AsyncIterator[str]:
-    last_check = last_send = 0.0
-    terminal = False
-    while True:
-        data, size = _read(ctx, driver, job_id, offset, 2**20)
-        now = time.monotonic()
-        if data:
-            chunk = LogChunk(
-                offset=offset, next_offset=offset + len(data), text=data.decode(errors="replace"), complete=False
-            )
-            offset = chunk.next_offset
-            last_send = now
-            yield f"id: {offset}\ndata: {chunk.model_dump_json()}\n\n"
-            continue
-        if terminal and offset >= size:
-            end = LogChunk(offset=offset, next_offset=offset, text="", complete=True)
-            yield f"id: {offset}\nevent: end\ndata: {end.model_dump_json()}\n\n"
-            return
-        if now - last_check > PHASE_CHECK_SECONDS:
-            last_check = now
-            terminal = await asyncio.to_thread(_terminal, ctx, job_id)
-            if await request.is_disconnected():
+async def follow(ctx: Context, driver: Driver, job_id: str, offset: int) -> AsyncIterator[str]:
+    """Server-sent events of the log from `offset`: a chunk of whole lines whenever some are
+    written, a keepalive comment after KEEPALIVE_SECONDS without one, and an `end` event once
+    the job ended and everything was sent. A follower waiting for its job's next line does
+    nothing until `LogWatch` wakes it. A client that goes away cancels it (StreamingResponse
+    listens for the disconnect), and it leaves the watch."""
+    with ctx.log_watch.follow(job_id, driver, ctx.jobs_root / job_id) as log:
+        if await asyncio.to_thread(_terminal, ctx, job_id):  # asked once it watches: a later end is announced
+            log.end()
+        keepalive_at = time.monotonic() + KEEPALIVE_SECONDS
+        while True:
+            seen, ended = log.version, log.ended  # before the read: what the job wrote before it ended is read
+            data, size = _read(ctx, driver, job_id, offset, 2**20)
+            if data:
+                chunk = LogChunk(
+                    offset=offset, next_offset=offset + len(data), text=data.decode(errors="replace"), complete=False
+                )
+                offset = chunk.next_offset
+                keepalive_at = time.monotonic() + KEEPALIVE_SECONDS
+                yield f"id: {offset}\ndata: {chunk.model_dump_json()}\n\n"
+            elif ended and offset >= size:
+                end = LogChunk(offset=offset, next_offset=offset, text="", complete=True)
+                yield f"id: {offset}\nevent: end\ndata: {end.model_dump_json()}\n\n"
                 return
-            continue  # re-read once more after seeing the job end, so no line is lost
-        if now - last_send > KEEPALIVE_SECONDS:
-            last_send = now
-            yield ": keepalive\n\n"
-        await asyncio.sleep(FOLLOW_POLL_SECONDS)
+            elif not await log.wait(seen, keepalive_at - time.monotonic()):
+                keepalive_at = time.monotonic() + KEEPALIVE_SECONDS
+                yield ": keepalive\n\n"

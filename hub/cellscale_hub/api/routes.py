@@ -282,7 +282,6 @@ def _job_routes(router: APIRouter) -> None:
         job_id: str,
         who: Reader,
         ctx: Ctx,
-        request: Request,
         offset: Annotated[int, Query(ge=0, le=MAX_SAFE_INT)] = 0,
         follow: bool = False,
         max_bytes: Annotated[int, Query(ge=1, le=4 * 2**20)] = 2**20,
@@ -295,7 +294,7 @@ def _job_routes(router: APIRouter) -> None:
         if not follow:
             return logs.read_chunk(ctx, driver, job_id, offset, max_bytes)
         return StreamingResponse(
-            logs.follow(ctx, driver, job_id, offset if last_event_id is None else last_event_id, request),
+            logs.follow(ctx, driver, job_id, offset if last_event_id is None else last_event_id),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

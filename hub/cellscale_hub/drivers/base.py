@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from traitlets import Unicode
+from traitlets import Float, Unicode
 from traitlets.config import LoggingConfigurable
 
 from cellscale.runtime.jobdir import JobDir
@@ -143,10 +143,11 @@ class Driver(LoggingConfigurable):
     - `launch_plan(ref)`: what the attempt's runtime reads (Slurm adds its rendezvous).
     - `apply_tenancy(tenancy)`: mirror quotas and fair share into a backend that has a
       scheduler of its own (Slurm: account limits and shares); nothing by default.
-    - The job-directory methods (`prepare`, `read_log`, `checkpoints`, `result_file`, and the
-      facts `observe_attempts` adds to each observation) assume a directory every node and the control
-      plane share (`ref.job_dir`). A backend whose jobs write elsewhere (object storage, a
-      pod's volume) overrides them; nothing else in the control plane opens a job's files.
+    - The job-directory methods (`prepare`, `read_log`, `log_path`, `log_size`, `checkpoints`,
+      `result_file`, and the facts `observe_attempts` adds to each observation) assume a directory
+      every node and the control plane share (`ref.job_dir`). A backend whose jobs write elsewhere
+      (object storage, a pod's volume) overrides them; nothing else in the control plane opens a
+      job's files.
 
     The controller calls `observe_attempts(refs)`, never `poll` directly.
     """
@@ -154,6 +155,14 @@ class Driver(LoggingConfigurable):
     kind: str = "base"
 
     name = Unicode(help="The backend's name as users see it (--backend NAME).").tag(config=True)
+    log_poll_interval = Float(
+        0.25,
+        min=0.01,
+        help="""Seconds between two checks of a followed job's log for lines that other hosts wrote.
+        The control plane is told at once (inotify) of what is written on its own host, but not of
+        what a job on other nodes appends to a shared filesystem (NFS, Lustre): followers see those
+        lines at this check. Costs one open of the log per followed job per interval.""",
+    ).tag(config=True)
 
     assigns_gpu_ids = False  # True: the control plane picks GPU ids (the backend does not)
 
@@ -264,6 +273,18 @@ class Driver(LoggingConfigurable):
     def read_log(self, job_dir: Path, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """Whole lines of the job's combined log from byte `offset`, and the log's size."""
         return JobDir(job_dir).read_log(offset, max_bytes)
+
+    def log_path(self, job_dir: Path) -> Path | None:
+        """The local file that holds the job's combined log, for the control plane to be told
+        when it changes (it reads it through `read_log` only); None when the log is not a file
+        on this host (then followers rely on `log_size` every `log_poll_interval`)."""
+        return JobDir(job_dir).log
+
+    def log_size(self, job_dir: Path) -> int:
+        """The size of the job's combined log (0 before it exists). `read_log` opens the file,
+        where a stat could answer from NFS's attribute cache for up to a minute: an open
+        revalidates it (close-to-open consistency)."""
+        return self.read_log(job_dir, 0, 0)[1]
 
     def checkpoints(self, job_dir: Path, attempts: list[int]) -> list[CheckpointView]:
         """The checkpoints the job's attempts committed, oldest first."""

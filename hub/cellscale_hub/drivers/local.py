@@ -86,6 +86,10 @@ class LocalDriver(Driver):
     def _default_memory_mb(self) -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
 
+    @default("log_poll_interval")
+    def _default_log_poll_interval(self) -> float:
+        return 5.0  # its jobs write on this host: inotify reports every line; the check is only a safety net
+
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from cellscale_hub.store import totals
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+ENDED = "cellscale.ended_jobs"  # session.info key: the jobs this session moved to a terminal phase
+
+log = logging.getLogger("cellscale.store")
 
 
 def make_engine(url: str) -> Engine:
@@ -48,15 +52,28 @@ class Store:
         self.engine = make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         totals.keep_on_commit(self._sessions)
+        self._end_listeners: list[Callable[[str], None]] = []
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (safe to call on every start)."""
         command.upgrade(alembic_config(self.engine), "head")
 
+    def on_job_end(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(job_id)` after each commit that moved a job to a terminal phase, in
+        the committing thread (the controller's, or a request's): how the log followers learn
+        that a job ended without asking the store. It must be quick and must not raise."""
+        self._end_listeners.append(listener)
+
     @contextmanager
     def session(self) -> Iterator[Session]:
         with self._sessions.begin() as session:
             yield session
+        for job_id in session.info.pop(ENDED, ()):
+            for listener in self._end_listeners:
+                try:
+                    listener(job_id)
+                except Exception:  # the commit stands; a listener's fault is its own
+                    log.exception("a listener for the end of job %s failed", job_id)
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -17,6 +17,7 @@ from cellscale.spec import AttemptView, EventView, JobSpec, JobView, PendingView
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, ACTIVE_PHASES, TERMINAL_PHASES, EventKind, EventReason, Phase
 from cellscale_hub.lifecycle import check_transition
 from cellscale_hub.store import totals
+from cellscale_hub.store.db import ENDED
 from cellscale_hub.store.models import Attempt, Event, Job, utcnow
 
 MAX_ID = 2**31 - 1
@@ -112,6 +113,7 @@ def transition(
         job.started_at = job.updated_at
     if target.terminal:
         job.finished_at = job.updated_at
+        session.info.setdefault(ENDED, set()).add(job.id)  # announced once committed (Store.on_job_end)
     add_event(
         session,
         job,
