@@ -36,7 +36,11 @@ def test_every_flag():
     ("line", "message"),
     [
         ("--gpu 2", "did you mean --gpus"),
-        ("--gpus 0", "--gpus must be at least 1"),
+        ("--gpus -1", "--gpus must be 0"),
+        ("--gpus 0 --gpus-per-node 2", "--gpus 0 is a CPU job"),
+        ("--mem 10X", "--mem '10X' is not a memory size"),
+        ("--cpus 0", "--cpus: Input should be greater than or equal to 1"),
+        ("--tasks-per-node 2 --launcher plain", "a plain job has one"),
         ("--gpus two", "invalid int value"),
         ("--gpus 3 --nodes 2", "does not split evenly"),
         ("--gpus 4 --nodes 2 --gpus-per-node 4", "is not --nodes 2"),
@@ -58,3 +62,19 @@ def test_bad_lines_say_what_to_change(line, message):
 def test_empty_cell_is_refused():
     with pytest.raises(MagicUsageError, match="the cell is empty"):
         parse_line("--gpus 1").to_spec("   \n")
+
+
+@pytest.mark.parametrize(
+    ("line", "cpus", "memory_mb", "gpus"),
+    [
+        ("--cpus 8 --mem 4G --launcher plain", 8, 4096, 0),
+        ("--gpus 0 --launcher plain", 1, 0, 0),
+        ("", 1, 0, 0),
+        ("--gpus 2 --cpus 4 --mem 512M", 8, 512, 2),  # torchrun: a task per GPU, 4 cores each
+        ("--nodes 2 --tasks-per-node 3 --cpus 2 --mem 1T", 12, 2 * 1024 * 1024, 0),
+    ],
+)
+def test_cpus_and_memory_make_the_gang(line, cpus, memory_mb, gpus):
+    resources = parse_line(line).to_spec("x = 1").resources
+    assert (resources.cpus, resources.memory_mb, resources.gpus) == (cpus, memory_mb, gpus)
+

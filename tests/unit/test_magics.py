@@ -81,7 +81,7 @@ def run(shell, client, line, cell="x = 1\n"):
 
 @pytest.mark.parametrize(
     ("line", "message"),
-    [("--gpu 2", "did you mean --gpus"), ("--gpus 0", "at least 1"), ("--launcher mpi", "invalid choice")],
+    [("--gpu 2", "did you mean --gpus"), ("--gpus -1", "must be 0"), ("--launcher mpi", "invalid choice")],
 )
 def test_bad_flags_send_nothing(shell, line, message, capsys):
     client = RecordingClient()
