@@ -35,7 +35,13 @@ class Strict(BaseModel):
 
 
 class Flavor(Strict):
-    backend: str = Field(description="The backend whose GPUs this flavor names.")
+    backend: str = Field(description="The backend whose nodes this flavor names.")
+    cpu_only: bool = Field(
+        False,
+        exclude_if=lambda value: not value,
+        description="A CPU node pool: jobs without GPUs go to a queue's CPU pools when it has any (and GPU "
+        "jobs never do), so CPU work does not take the cores GPU jobs need on GPU nodes.",
+    )
 
 
 MAX_QUOTA_GPUS = 1_000_000

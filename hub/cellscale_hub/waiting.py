@@ -41,4 +41,5 @@ def pending_view(reason: PendingReason) -> PendingView:
             AheadView(job_id=a.job_id, cluster_queue=a.cluster_queue, gpus=a.gpus, why=a.why) for a in reason.ahead[:10]
         ],
         estimated_start=datetime.fromtimestamp(reason.estimated_start).astimezone() if reason.estimated_start else None,
+        resource=reason.resource,
     )

@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from cellscale.vocabulary import AttemptState, EventKind, EventReason, Fault, Launcher, PendingCode, Phase
+from cellscale.vocabulary import AttemptState, EventKind, EventReason, Fault, Launcher, PendingCode, Phase, Resource
 
 MAX_INPUTS_BYTES = 64 * 1024 * 1024
 """Largest pickled input bundle a job may carry (64 MiB). Ship bigger data by URL."""
@@ -349,10 +349,11 @@ class PendingView(BaseModel):
     message: str
     position: int = Field(description="1 = next in its ClusterQueue.")
     flavor: str | None = None
-    needs: int = Field(0, description="GPUs the job needs.")
-    available: int = Field(0, description="GPUs it could get now.")
+    needs: int = Field(0, description="How much of `resource` the job needs.")
+    available: int = Field(0, description="How much of `resource` it could get now.")
     ahead: list[AheadView] = Field(default_factory=list)
     estimated_start: datetime | None = Field(None, description="If every holder runs to its time limit; null: unknown.")
+    resource: Resource = Field(Resource.gpu, description="What it waits for: GPUs, CPU cores or memory (MiB).")
 
 
 class JobView(BaseModel):

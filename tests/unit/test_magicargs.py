@@ -77,4 +77,3 @@ def test_empty_cell_is_refused():
 def test_cpus_and_memory_make_the_gang(line, cpus, memory_mb, gpus):
     resources = parse_line(line).to_spec("x = 1").resources
     assert (resources.cpus, resources.memory_mb, resources.gpus) == (cpus, memory_mb, gpus)
-

@@ -315,7 +315,7 @@ def schedule(snap: Snapshot) -> Decision:
     heads = {cq: 0 for cq in queues}
     decision = Decision()
     cycle = Cycle(leaving={h.job_id: h for h in snap.holders if h.preempting})
-    flavors_of = {cq: list(t.cluster_queues[cq].quotas) for cq in queues}
+    flavors_of = {cq: _by_kind(t, list(t.cluster_queues[cq].quotas)) for cq in queues}
     while heads:
         node_use = tree.node_usage(queue_use)
         cq = min(
@@ -370,9 +370,17 @@ def _advance(heads: dict[str, int], queues: dict[str, list[Workload]], cq: str) 
         del heads[cq]
 
 
-def _flavors(own: list[str], job: Workload) -> list[str]:
+def _by_kind(t: Tenancy, own: list[str]) -> tuple[list[str], list[str]]:
+    """The queue's flavors (in its order) for GPU jobs, and for CPU jobs: its CPU pools when
+    it has any (so CPU work never takes the cores of GPU nodes that GPU jobs need), else all."""
+    pools = [f for f in own if t.flavors[f].cpu_only]
+    return [f for f in own if not t.flavors[f].cpu_only], pools or own
+
+
+def _flavors(own: tuple[list[str], list[str]], job: Workload) -> list[str]:
     """The queue's flavors (in its order) this job may use."""
-    return own if job.flavors is None else [f for f in own if f in job.flavors]
+    kind = own[1] if job.gpus == 0 else own[0]
+    return kind if job.flavors is None else [f for f in kind if f in job.flavors]
 
 
 def _choose_flavor(usage: Usage, job: Workload, flavors: list[str], claims: dict) -> str | None:
@@ -598,7 +606,11 @@ def _blocked_words(
             f"queue {cq} is at its {what} quota ({q.nominal if q else 0} nominal + "
             f"{q.borrowing_limit if q else 0} borrowable)"
         ),
-        PendingCode.PoolLent: f"the rest of the {what} quota of {usage.root[cq].partition(':')[2]}'s tree is in use",
+        PendingCode.PoolLent: (
+            f"the rest of the {what} quota of {usage.root[cq].partition(':')[2]}'s tree is in use"
+            if usage.root[cq] != f"cq:{cq}"
+            else f"queue {cq} is at its {what} quota ({q.nominal if q else 0} nominal, no cohort to borrow from)"
+        ),
         PendingCode.CapacityFull: (
             f"all {capacity} {flavor} GPUs are in use"
             if resource is Resource.gpu

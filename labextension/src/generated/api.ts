@@ -908,13 +908,13 @@ export interface components {
             flavor?: string | null;
             /**
              * Needs
-             * @description GPUs the job needs.
+             * @description How much of `resource` the job needs.
              * @default 0
              */
             needs: number;
             /**
              * Available
-             * @description GPUs it could get now.
+             * @description How much of `resource` it could get now.
              * @default 0
              */
             available: number;
@@ -925,6 +925,11 @@ export interface components {
              * @description If every holder runs to its time limit; null: unknown.
              */
             estimated_start?: string | null;
+            /**
+             * @description What it waits for: GPUs, CPU cores or memory (MiB).
+             * @default gpu
+             */
+            resource: components["schemas"]["Resource"];
         };
         /**
          * Phase
@@ -1002,6 +1007,12 @@ export interface components {
             /** Script */
             script: string;
         };
+        /**
+         * Resource
+         * @description What a job asks for and a quota divides (Kueue's covered resources).
+         * @enum {string}
+         */
+        Resource: "gpu" | "cpu" | "memory";
         /**
          * ResourceQuota
          * @description One resource's share of a flavor: the same three numbers Kueue gives every covered resource.
