@@ -251,6 +251,7 @@ class ControlPlane(Application):
             prefix=prefix,
             settings=settings,
             hub_oauth=hub_oauth,
+            cycles=lambda: controller.cycles,
         )
         app = build_app(ctx, max_body_bytes=self.max_request_bytes)
         controller.start()

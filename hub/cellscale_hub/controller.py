@@ -78,6 +78,9 @@ class Controller:
         self._admission_inputs: tuple | None = None
         self._admitted_at = 0.0
         self._thread: threading.Thread | None = None
+        self.cycles = 0  # cycles the loop finished: the API's log streams check a job's phase when it grows
+        for driver in drivers.values():
+            driver.notify = self.wake  # e.g. a local supervisor exited: reconcile its end now
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -102,6 +105,7 @@ class Controller:
                 self.cycle()
             except Exception:  # one bad cycle must not stop the control plane
                 log.exception("reconcile cycle failed")
+            self.cycles += 1
             self._wake.wait(self.interval)
             self._wake.clear()
 

@@ -1,5 +1,6 @@
 """What the handlers share: the store, the drivers, tenancy, identity, the settings they
-report, and a way to wake the controller. The API never reaches into the controller."""
+report, a way to wake the controller and its count of finished cycles. The API never
+reaches into the controller."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class Context:
     prefix: str
     settings: Settings = Settings()
     hub_oauth: object | None = None
+    cycles: Callable[[], int] = lambda: 0  # the controller's finished cycles: a job's phase may change with each
 
     def new_job_id(self) -> str:
         return "cs-" + secrets.token_hex(6)

@@ -14,7 +14,8 @@ from cellscale_hub.drivers import Driver
 from cellscale_hub.store.models import Job
 
 FOLLOW_POLL_SECONDS = 0.05
-PHASE_CHECK_SECONDS = 0.5
+PHASE_CHECK_SECONDS = 0.5  # at the latest; soon after each controller cycle (at most every PHASE_RECHECK_SECONDS)
+PHASE_RECHECK_SECONDS = 0.1
 KEEPALIVE_SECONDS = 15.0
 
 
@@ -40,7 +41,7 @@ def read_chunk(ctx: Context, driver: Driver, job_id: str, offset: int, max_bytes
 
 async def follow(ctx: Context, driver: Driver, job_id: str, offset: int, request: Request) -> AsyncIterator[str]:
     last_check = last_send = 0.0
-    terminal = False
+    terminal, cycles = False, ctx.cycles()
     while True:
         data, size = _read(ctx, driver, job_id, offset, 2**20)
         now = time.monotonic()
@@ -56,8 +57,9 @@ async def follow(ctx: Context, driver: Driver, job_id: str, offset: int, request
             end = LogChunk(offset=offset, next_offset=offset, text="", complete=True)
             yield f"id: {offset}\nevent: end\ndata: {end.model_dump_json()}\n\n"
             return
-        if now - last_check > PHASE_CHECK_SECONDS:
-            last_check = now
+        since = now - last_check
+        if since > PHASE_CHECK_SECONDS or (ctx.cycles() != cycles and since > PHASE_RECHECK_SECONDS):
+            last_check, cycles = now, ctx.cycles()
             terminal = await asyncio.to_thread(_terminal, ctx, job_id)
             if await request.is_disconnected():
                 return

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import pwd
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -148,7 +149,10 @@ class Driver(LoggingConfigurable):
       plane share (`ref.job_dir`). A backend whose jobs write elsewhere (object storage, a
       pod's volume) overrides them; nothing else in the control plane opens a job's files.
 
-    The controller calls `observe_attempts(refs)`, never `poll` directly.
+    The controller calls `observe_attempts(refs)`, never `poll` directly, and sets `notify` to
+    its `wake()`: a driver that learns by itself that an attempt ended (the local backend sees
+    its supervisor exit) calls `notify()`, from any thread, so that the end is reconciled now
+    rather than at the next tick. A driver without such news never calls it.
     """
 
     kind: str = "base"
@@ -156,6 +160,8 @@ class Driver(LoggingConfigurable):
     name = Unicode(help="The backend's name as users see it (--backend NAME).").tag(config=True)
 
     assigns_gpu_ids = False  # True: the control plane picks GPU ids (the backend does not)
+
+    notify: Callable[[], None] = staticmethod(lambda: None)  # the controller's wake(), once it is set
 
     REQUIRED = ("capacity", "render", "submit", "poll", "cancel", "warn")
 
