@@ -12,7 +12,7 @@ Two fault types, injected when rank 0 has finished step 25 (half-way between che
 and 30, the mean loss of a fault at a random time):
 - node_down: `scontrol update nodename=X state=down` of the job's second node, as
   tests/integration/test_slurm_backend.py does; the node is resumed once the trial is over.
-- rank_kill: SIGKILL of rank 1's `cellscale.runtime.cell` process.
+- rank_kill: SIGKILL of the process that runs rank 1's cell (the one its rank process forks).
 Each in two modes: *checkpoint* (every=10) and *scratch*, the same job with checkpointing
 disabled (every=0: it only reports its step), so its retry starts again at step 0. Every trial
 must end SUCCEEDED with the result of an uninterrupted run. N reps (3, --quick 1) of every
@@ -255,10 +255,11 @@ def last_step(lines: list[dict], attempt: int) -> int:
     return max((e["step"] for e in lines if e["attempt"] == attempt and e["event"] == "step"), default=0)
 
 
-def cell_processes(job_dir: Path, attempt: int) -> dict[int, int]:
-    """{pid: RANK} of the attempt's cellscale.runtime.cell processes."""
+def rank_processes(job_dir: Path, attempt: int) -> dict[int, int]:
+    """{pid: RANK} of the attempt's rank processes and the cell processes they fork (both
+    show the `cellscale.runtime.rank` command line)."""
     out = subprocess.run(
-        ["pgrep", "-f", f"cellscale.runtime.cell {job_dir} {attempt}$"], capture_output=True, text=True
+        ["pgrep", "-f", f"cellscale.runtime.rank {job_dir} {attempt}$"], capture_output=True, text=True
     ).stdout
     ranks = {}
     for pid in map(int, out.split()):
@@ -270,6 +271,19 @@ def cell_processes(job_dir: Path, attempt: int) -> dict[int, int]:
         if rank is not None:
             ranks[pid] = rank
     return ranks
+
+
+def cell_processes(job_dir: Path, attempt: int) -> dict[int, int]:
+    """{pid: RANK} of the processes that run the cell: each one's parent is its rank's process."""
+    ranks = rank_processes(job_dir, attempt)
+    return {pid: rank for pid, rank in ranks.items() if _parent(pid) in ranks}
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def job(plane: Plane, job_id: str) -> dict:
@@ -346,13 +360,13 @@ def trial(plane: Plane, jobs_dir: Path, fault: str, mode: str, label: str) -> di
                     a1_released = at
                 if a2 and queue.get(a2) == "RUNNING":
                     squeue_running = at
-                    a1_alive_when_a2_running = len(cell_processes(job_dir, 1))
+                    a1_alive_when_a2_running = len(set(rank_processes(job_dir, 1).values()))
             if now["phase"] in TERMINAL:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{job_id} did not finish after the fault: {now['phase']} {now['reason']}")
             time.sleep(POLL if squeue_running is None else 0.3)
-        a1_left = cell_processes(job_dir, 1)  # attempt 1's ranks still alive after the job ended (should be none)
+        a1_left = set(rank_processes(job_dir, 1).values())  # attempt 1 ranks alive after the job ended: none
         done = now
         events = plane.http.get(f"/api/jobs/{job_id}/events", headers=plane.as_(USER)).json()
         result = (

@@ -81,6 +81,8 @@ class Controller:
         self._seen: dict[str, dict[int, tuple]] = {}  # backend -> attempt -> what its last stored observation was
         self.waiting = waiting or WaitingBoard()  # why each pending job waits, for the API
         self._thread: threading.Thread | None = None
+        for driver in drivers.values():
+            driver.notify = self.wake  # e.g. a local supervisor exited: reconcile its end now
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -101,12 +103,12 @@ class Controller:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            self._wake.clear()  # before the cycle: a wake() during it runs the next one at once
             try:
                 self.cycle()
             except Exception:  # one bad cycle must not stop the control plane
                 log.exception("reconcile cycle failed")
             self._wake.wait(self.interval)
-            self._wake.clear()
 
     # -- one cycle -------------------------------------------------------------------------
     def cycle(self) -> None:

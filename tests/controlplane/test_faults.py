@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import cloudpickle
 
@@ -70,9 +71,20 @@ def wait_for_step(plane, job_id, step, timeout=90):
     raise AssertionError(f"{job_id} never reported step {step}")
 
 
-def cell_pids(job_dir) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"cellscale.runtime.cell {job_dir} "], capture_output=True, text=True).stdout
-    return [int(pid) for pid in out.split()]
+def cell_pids(job_dir, attempt: int = 1) -> list[int]:
+    """The attempt's processes that run the cell: each rank forks one, so its parent is the
+    rank's process (and both show the rank's command line)."""
+    pattern = f"cellscale.runtime.rank {job_dir} {attempt}$"
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    ranks = {int(pid) for pid in out.split()}
+    return sorted(pid for pid in ranks if _parent(pid) in ranks)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def test_a_killed_rank_is_retried_and_resumes_to_the_same_result(plane, tmp_path):

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import cloudpickle
@@ -136,6 +137,34 @@ def test_logs_resume_from_an_offset(plane):
     ).json()
     assert rest["text"].startswith("[rank 0] n 1") and rest["complete"]
     assert rest["next_offset"] == whole["next_offset"]
+
+
+def test_a_jobs_end_reaches_its_log_stream_without_waiting_for_a_tick(plane, monkeypatch):
+    """The supervisor's exit wakes the controller, and the controller's cycle wakes the log
+    stream's end-of-job check: with neither a tick nor a periodic check, the stream ends."""
+    from cellscale_hub.api import logs
+
+    monkeypatch.setattr(logs, "PHASE_CHECK_SECONDS", 3600.0)
+    plane.controller = plane.make_controller(plane.drivers, interval=3600.0)
+    plane.http.app.state.ctx.cycles = lambda: plane.controller.cycles
+    plane.controller.start()
+    try:
+        job = plane.submit(source="print('hi')").json()  # the submit wakes the controller: it launches the job
+        lines = []
+
+        def follow():
+            url = f"/api/jobs/{job['id']}/logs?follow=true"
+            with plane.http.stream("GET", url, headers=plane.as_("alice")) as response:
+                lines.extend(response.iter_lines())
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        reader.join(timeout=60)
+        assert not reader.is_alive(), "the log stream did not end"
+        assert "event: end" in lines and any("[rank 0] hi" in line for line in lines)
+        assert log_of(plane, job["id"])["complete"]
+    finally:
+        plane.controller.stop()
 
 
 def _alive(pid):

@@ -19,7 +19,7 @@ from cellscale_hub.drivers.slurm import SlurmDriver
 from cellscale_hub.store import Store
 from tests.controlplane.conftest import Plane, two_desks
 from tests.controlplane.test_faults import EXPECTED as TRAIN_TOTAL
-from tests.controlplane.test_faults import TRAIN
+from tests.controlplane.test_faults import TRAIN, cell_pids
 
 pytestmark = pytest.mark.integration
 
@@ -148,10 +148,7 @@ def test_a_killed_rank_on_slurm_is_retried_and_resumes_to_the_same_result(slurm_
     job = submit_training(slurm_plane, slurm_cluster)
     wait_for_step(slurm_plane, job["id"], 8)
     job_dir = Path(slurm_plane.jobs_root) / job["id"]
-    ranks = subprocess.run(
-        ["pgrep", "-f", f"cellscale.runtime.cell {job_dir} 1"], capture_output=True, text=True
-    ).stdout
-    subprocess.run(["kill", "-KILL", ranks.split()[-1]], check=True)  # one rank of the gang dies
+    subprocess.run(["kill", "-KILL", str(cell_pids(job_dir)[-1])], check=True)  # one rank of the gang dies
     done = slurm_plane.run_until(job["id"], TERMINAL, timeout=300)
     assert done["phase"] == "SUCCEEDED", logs(slurm_plane, job["id"])
     result = slurm_plane.http.get(f"/api/jobs/{job['id']}/result", headers=slurm_plane.as_("alice"))

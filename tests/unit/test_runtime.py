@@ -5,8 +5,9 @@ import subprocess
 import sys
 import time
 
-from cellscale.runtime.jobdir import JobDir, LaunchPlan
+from cellscale.runtime.jobdir import JobDir
 from cellscale.runtime.rank import visible_devices
+from cellscale.runtime.records import LaunchPlan
 from cellscale.spec import Launcher
 
 
@@ -58,6 +59,53 @@ def test_env_inputs_and_outputs(tmp_path):
     assert jd.read_exit(1).reason == "succeeded"
     assert cloudpickle.loads(jd.result.read_bytes()) == {"out": ("fast", 42)}
     assert json.loads((jd.node_dir(1) / "heartbeat.json").read_text())["pid"] > 0
+
+
+def test_everything_a_rank_writes_reaches_the_log_prefixed(tmp_path):
+    source = """\
+import atexit, os, subprocess, sys, threading, time
+print("from python")
+print("to stderr", file=sys.stderr)
+os.write(1, b"native, fd 1\\n")
+os.write(2, b"native, fd 2\\n")
+subprocess.run(["sh", "-c", "echo from a subprocess"], check=True)
+atexit.register(print, "at exit")
+threading.Thread(target=lambda: (time.sleep(0.2), print("from a thread the exit waits for"))).start()
+"""
+    jd = job_dir(tmp_path, source)
+    supervise(jd)
+    assert jd.read_exit(1).reason == "succeeded"
+    lines = jd.log.read_text().splitlines()
+    for text in (
+        "from python",
+        "to stderr",
+        "native, fd 1",
+        "native, fd 2",
+        "from a subprocess",
+        "from a thread the exit waits for",
+        "at exit",
+    ):
+        assert f"[rank 0] {text}" in lines
+
+
+def test_the_cell_runs_in_a_fork_of_the_rank_without_waiting_for_pydantic(tmp_path):
+    source = """\
+import os, sys
+own = open("/proc/self/cmdline", "rb").read()
+print("fork of the rank:", own == open(f"/proc/{os.getppid()}/cmdline", "rb").read() and b"runtime.rank" in own)
+print("pydantic imported:", "pydantic" in sys.modules)
+"""
+    jd = job_dir(tmp_path, source)
+    supervise(jd)
+    log = jd.log.read_text()
+    assert "[rank 0] fork of the rank: True" in log and "[rank 0] pydantic imported: False" in log
+
+
+def test_a_cell_killed_by_a_signal_leaves_its_last_lines_and_fails(tmp_path):
+    jd = job_dir(tmp_path, "import os, signal\nprint('last words')\nos.kill(os.getpid(), signal.SIGKILL)")
+    supervise(jd)
+    record = jd.read_exit(1)
+    assert record.reason == "failed" and "[rank 0] last words" in jd.log.read_text()
 
 
 def test_one_gpu_per_rank_when_there_is_one_per_rank():

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import pwd
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -149,7 +150,10 @@ class Driver(LoggingConfigurable):
       (object storage, a pod's volume) overrides them; nothing else in the control plane opens a
       job's files.
 
-    The controller calls `observe_attempts(refs)`, never `poll` directly.
+    The controller calls `observe_attempts(refs)`, never `poll` directly, and sets `notify` to
+    its `wake()`: a driver that learns by itself that an attempt ended (the local backend sees
+    its supervisor exit) calls `notify()`, from any thread, so that the end is reconciled now
+    rather than at the next tick. A driver without such news never calls it.
     """
 
     kind: str = "base"
@@ -165,6 +169,8 @@ class Driver(LoggingConfigurable):
     ).tag(config=True)
 
     assigns_gpu_ids = False  # True: the control plane picks GPU ids (the backend does not)
+
+    notify: Callable[[], None] = staticmethod(lambda: None)  # the controller's wake(), once it is set
 
     REQUIRED = ("capacity", "render", "submit", "poll", "cancel", "warn")
 

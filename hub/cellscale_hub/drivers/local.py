@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from traitlets import Float, Integer, List, Unicode, default
@@ -153,11 +154,16 @@ class LocalDriver(Driver):
             env=proc.job_environment(),
         )
         self._children[ref.key] = child
+        threading.Thread(target=self._reap, args=(child,), name=f"reap-{ref.job_id}", daemon=True).start()
         return f"pid:{child.pid}"
 
+    def _reap(self, child: subprocess.Popen[bytes]) -> None:
+        """Wait for a supervisor this driver started, then wake the controller: the supervisor
+        writes its exit record before it exits, so the cycle sees how the attempt ended."""
+        child.wait()
+        self.notify()
+
     def poll(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
-        for child in self._children.values():
-            child.poll()  # reap exited supervisors
         return {ref.key: self._observe(ref) for ref in refs}
 
     def _observe(self, ref: AttemptRef) -> Observation:

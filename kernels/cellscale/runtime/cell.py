@@ -1,7 +1,8 @@
-"""Execute the cell in one rank: `python -m cellscale.runtime.cell DIR N`.
+"""Execute the cell in one rank, in the process `cellscale.runtime.rank` forks for it.
 
 This is the only place where the job's inputs are unpickled: inside the job's own
-sandbox, never in the control plane.
+sandbox, never in the control plane. Nothing here imports pydantic or cloudpickle before
+the cell runs: the cell starts as soon as the rank does.
 """
 
 from __future__ import annotations
@@ -10,12 +11,10 @@ import os
 import pickle
 import sys
 import traceback
-
-import cloudpickle
+from typing import Any
 
 from cellscale.runtime.environment import EXIT_PREEMPTED, Preempted
 from cellscale.runtime.jobdir import JobDir
-from cellscale.runtime.records import RankError
 
 
 def load_namespace(job: JobDir, names: list[str]) -> dict[str, object]:
@@ -27,6 +26,8 @@ def load_namespace(job: JobDir, names: list[str]) -> dict[str, object]:
 
 
 def save_outputs(job: JobDir, namespace: dict[str, object], names: list[str]) -> None:
+    import cloudpickle
+
     missing = [name for name in names if name not in namespace]
     if missing:
         raise NameError(f"--outputs names {', '.join(missing)}, which the cell never defined")
@@ -53,6 +54,8 @@ def lost_a_peer(exc: BaseException) -> bool:
 def record_error(job: JobDir, attempt: int, exc: BaseException) -> None:
     """The first failing rank explains the failure, except that an error in the cell
     replaces a survivor's report of a lost peer (it says more)."""
+    from cellscale.runtime.records import RankError
+
     rank = os.environ.get("RANK", "0")
     kind = "peer_lost" if lost_a_peer(exc) else "exception"
     earlier = job.read_error(attempt)
@@ -61,15 +64,14 @@ def record_error(job: JobDir, attempt: int, exc: BaseException) -> None:
         job.write_error(attempt, RankError(rank=int(rank), summary=summary, kind=kind))
 
 
-def main(argv: list[str]) -> int:
-    job, attempt = JobDir(argv[0]), int(argv[1])
-    plan = job.read_plan()
+def run(job: JobDir, attempt: int, plan: dict[str, Any]) -> int:
+    """Run the cell (`plan`: plan.json's fields); the rank's exit status."""
     try:
-        namespace = load_namespace(job, plan.input_names)
+        namespace = load_namespace(job, plan["input_names"])
         code = compile(job.cell.read_text(), str(job.cell), "exec")
         exec(code, namespace)  # noqa: S102 - running the user's cell is this module's purpose
         if os.environ.get("RANK", "0") == "0":
-            save_outputs(job, namespace, plan.outputs)
+            save_outputs(job, namespace, plan["outputs"])
     except Preempted:
         print(f"[cellscale] rank {os.environ.get('RANK', '0')} stopped for preemption", flush=True)
         return EXIT_PREEMPTED
@@ -85,7 +87,3 @@ def _user_frames(tb):
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
     return tb
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

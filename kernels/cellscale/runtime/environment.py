@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 
 from cellscale.runtime.jobdir import JobDir
-from cellscale.runtime.records import Progress
 
 _last_report = 0.0
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: the rank stopped because of a preemption warning
@@ -66,6 +65,8 @@ class JobEnvironment:
         if self.rank != 0 or not self.job_dir or now - _last_report < 1.0:
             return
         _last_report = now
+        from cellscale.runtime.records import Progress  # pydantic: not before the cell needs it
+
         JobDir(self.job_dir).write_progress(self.attempt, Progress(step=step, at=time.time()))
 
     @property

@@ -32,27 +32,39 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import hmac
+import json
 import os
 import shutil
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+if TYPE_CHECKING:
+    from types import ModuleType
 
-from cellscale.runtime.records import (
-    Checkpoint,
-    ExitRecord,
-    Heartbeat,
-    LaunchPlan,
-    PreemptNotice,
-    Progress,
-    RankError,
-    ResumeReport,
-    Started,
-)
+    from pydantic import BaseModel
 
-R = TypeVar("R", bound=BaseModel)
+    from cellscale.runtime.records import (
+        Checkpoint,
+        ExitRecord,
+        Heartbeat,
+        LaunchPlan,
+        PreemptNotice,
+        Progress,
+        RankError,
+        ResumeReport,
+        Started,
+    )
+
+R = TypeVar("R", bound="BaseModel")
 CHECKPOINT_TAIL_BYTES = 4096
+
+
+def _records() -> ModuleType:
+    """The record models, imported on first use: pydantic takes ~0.1 s to import, and a rank
+    starts its cell without reading or writing a record (`read_plan_fields`)."""
+    from cellscale.runtime import records
+
+    return records
 
 
 class JobDir:
@@ -86,27 +98,32 @@ class JobDir:
         self.write_plan(plan)
 
     def read_plan(self) -> LaunchPlan:
-        return LaunchPlan.model_validate_json(self.plan.read_text())
+        return _records().LaunchPlan.model_validate_json(self.plan.read_text())
 
     def write_plan(self, plan: LaunchPlan) -> None:
         write_atomic(self.plan, plan.model_dump_json(indent=1).encode())
 
+    def read_plan_fields(self) -> dict[str, Any]:
+        """plan.json as plain JSON (a LaunchPlan's fields by name), for a rank: the control
+        plane wrote it from a validated LaunchPlan, and the cell should not wait for pydantic."""
+        return json.loads(self.plan.read_bytes())
+
     # -- written by each node's supervisor ---------------------------------------------------
     def read_started(self, attempt: int, node: int = 0) -> Started | None:
         """What the node's supervisor wrote when it took the attempt (pid, host), or None."""
-        return _read(self.node_dir(attempt, node) / "started", Started)
+        return _read(self.node_dir(attempt, node) / "started", _records().Started)
 
     def write_started(self, attempt: int, node: int, record: Started) -> None:
         _write(self.node_dir(attempt, node) / "started", record)
 
     def read_heartbeat(self, attempt: int, node: int = 0) -> Heartbeat | None:
-        return _read(self.node_dir(attempt, node) / "heartbeat.json", Heartbeat)
+        return _read(self.node_dir(attempt, node) / "heartbeat.json", _records().Heartbeat)
 
     def write_heartbeat(self, attempt: int, node: int, beat: Heartbeat) -> None:
         _write(self.node_dir(attempt, node) / "heartbeat.json", beat)
 
     def read_exit(self, attempt: int, node: int = 0) -> ExitRecord | None:
-        return _read(self.node_dir(attempt, node) / "exit.json", ExitRecord)
+        return _read(self.node_dir(attempt, node) / "exit.json", _records().ExitRecord)
 
     def write_exit(self, attempt: int, node: int, record: ExitRecord) -> None:
         _write(self.node_dir(attempt, node) / "exit.json", record)
@@ -137,7 +154,7 @@ class JobDir:
         return self.attempt_dir(attempt) / "preempt-notice"
 
     def read_preempt_notice(self, attempt: int) -> PreemptNotice | None:
-        return _read(self.preempt_notice(attempt), PreemptNotice)
+        return _read(self.preempt_notice(attempt), _records().PreemptNotice)
 
     def write_preempt_notice(self, attempt: int, notice: PreemptNotice) -> None:
         _write(self.preempt_notice(attempt), notice)
@@ -163,13 +180,13 @@ class JobDir:
             return 0
 
     def read_error(self, attempt: int) -> RankError | None:
-        return _read(self.attempt_dir(attempt) / "error.json", RankError)
+        return _read(self.attempt_dir(attempt) / "error.json", _records().RankError)
 
     def write_error(self, attempt: int, error: RankError) -> None:
         _write(self.attempt_dir(attempt) / "error.json", error)
 
     def read_progress(self, attempt: int) -> Progress | None:
-        return _read(self.attempt_dir(attempt) / "progress.json", Progress)
+        return _read(self.attempt_dir(attempt) / "progress.json", _records().Progress)
 
     def write_progress(self, attempt: int, progress: Progress) -> None:
         _write(self.attempt_dir(attempt) / "progress.json", progress)
@@ -233,7 +250,7 @@ class JobDir:
         return next((c for c in map(_checkpoint_line, reversed(tail)) if c is not None), None)
 
     def read_resume(self, attempt: int) -> ResumeReport | None:
-        return _read(self.attempt_dir(attempt) / "resume.json", ResumeReport)
+        return _read(self.attempt_dir(attempt) / "resume.json", _records().ResumeReport)
 
     def write_resume(self, attempt: int, report: ResumeReport) -> None:
         _write(self.attempt_dir(attempt) / "resume.json", report)
@@ -257,6 +274,8 @@ class JobDir:
 
 def _read(path: Path, record: type[R]) -> R | None:
     """A record, or None when the file is absent or not (yet) whole."""
+    from pydantic import ValidationError  # loaded with the record's class
+
     try:
         return record.model_validate_json(path.read_bytes())
     except (OSError, ValidationError):
@@ -269,8 +288,10 @@ def _write(path: Path, record: BaseModel) -> None:
 
 def _checkpoint_line(line: bytes) -> Checkpoint | None:
     """One line of checkpoints.jsonl; a torn line (being written, or cut by a seek) is None."""
+    from pydantic import ValidationError  # loaded with the record's class
+
     try:
-        return Checkpoint.model_validate_json(line)
+        return _records().Checkpoint.model_validate_json(line)
     except ValidationError:
         return None
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cellscale.runtime.jobdir import JobDir
 from cellscale.runtime.records import LaunchPlan
-from cellscale.spec import Launcher
+from cellscale.vocabulary import Launcher
 
 START_TIMEOUT_SECONDS = 90
 

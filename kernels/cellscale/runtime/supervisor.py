@@ -24,8 +24,7 @@ from cellscale.runtime import raycluster
 from cellscale.runtime.jobdir import JobDir, open_log
 from cellscale.runtime.pump import pump_lines
 from cellscale.runtime.records import ExitRecord, Heartbeat, LaunchPlan, PreemptNotice, Started
-from cellscale.spec import Launcher
-from cellscale.vocabulary import ExitReason
+from cellscale.vocabulary import ExitReason, Launcher
 
 HEARTBEAT_SECONDS = 2.0
 GRACE_SECONDS = 10.0
@@ -126,14 +125,20 @@ class Supervisor:
         return record
 
     def _wait(self, child: subprocess.Popen[bytes]) -> ExitRecord:
+        """Wait for the launcher; a timer enforces the time limit (a wait with a timeout polls,
+        every 50 ms: the exit record would come that much later)."""
         self.child = child
-        try:
-            code = child.wait(timeout=self.plan.timeout_s)
-        except subprocess.TimeoutExpired:
+        limit = threading.Timer(self.plan.timeout_s, self._time_out)
+        limit.daemon = True
+        limit.start()
+        code = child.wait()
+        limit.cancel()
+        return self._record(code)
+
+    def _time_out(self) -> None:
+        if self.child is not None and self.child.poll() is None:  # not one that just ended on its own
             self.stop_reason = ExitReason.TIMEOUT
             self._terminate()
-            code = child.wait()
-        return self._record(code)
 
     def _record(self, code: int) -> ExitRecord:
         if self.stop_reason is ExitReason.TIMEOUT:
