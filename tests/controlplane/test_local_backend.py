@@ -139,14 +139,12 @@ def test_logs_resume_from_an_offset(plane):
     assert rest["next_offset"] == whole["next_offset"]
 
 
-def test_a_jobs_end_reaches_its_log_stream_without_waiting_for_a_tick(plane, monkeypatch):
-    """The supervisor's exit wakes the controller, and the controller's cycle wakes the log
-    stream's end-of-job check: with neither a tick nor a periodic check, the stream ends."""
-    from cellscale_hub.api import logs
-
-    monkeypatch.setattr(logs, "PHASE_CHECK_SECONDS", 3600.0)
+def test_a_jobs_end_reaches_its_log_stream_without_waiting_for_a_tick(plane):
+    """The supervisor's exit wakes the controller, and the commit that ends the job wakes the
+    log stream (the store's announcement): with neither a tick nor a periodic check, the
+    stream ends."""
+    plane.driver.log_poll_interval = 3600.0
     plane.controller = plane.make_controller(plane.drivers, interval=3600.0)
-    plane.http.app.state.ctx.cycles = lambda: plane.controller.cycles
     plane.controller.start()
     try:
         job = plane.submit(source="print('hi')").json()  # the submit wakes the controller: it launches the job
