@@ -25,6 +25,9 @@ One cycle = one `schedule(snapshot)` call on a prebuilt snapshot (building the s
 from the store is not included). Decisions = admissions + pending reasons produced (every
 pending job gets either); decisions/s = decisions / median cycle time.
 
+The same cellscale snapshot is also run over three resources (`with_cpus_and_memory`: CPU and
+memory quotas, demands and capacity beside the GPUs), against GPUs only.
+
     .venv/bin/python benchmarks/admission.py [--quick] [--sizes 1000,10000,100000]
 """
 
@@ -43,6 +46,7 @@ from _common import median, percentile, print_table, ratio, scheduling_digest, w
 
 from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
+from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.tenancy import Tenancy
 
 FLEET = 1024
@@ -170,6 +174,37 @@ def snapshots(n: int, seed: int = 7) -> tuple[Snapshot, Snapshot]:
     return ours, fifo
 
 
+CORES_PER_GPU, MIB_PER_GPU = 16, 128 * 1024
+
+
+def with_cpus_and_memory(snap: Snapshot) -> Snapshot:
+    """The same snapshot over three resources: every queue also has a CPU and a memory quota
+    (16 cores and 128 GiB per nominal GPU, its limits scaled alike), every job and holder asks
+    for 16 cores and 128 GiB per GPU, and the flavor has the cores and memory to match. The
+    decisions are the same; what differs is the work of checking three resources."""
+
+    def scaled(quota: dict, factor: int) -> dict:
+        return {k: (v * factor if v is not None else None) for k, v in quota.items()}
+
+    doc = snap.tenancy.model_dump()
+    for queue in doc["cluster_queues"].values():
+        for name, quota in queue["quotas"].items():
+            queue["quotas"][name] = quota | {"cpu": scaled(quota, CORES_PER_GPU), "memory": scaled(quota, MIB_PER_GPU)}
+    weights = snap.tenancy.resource_weights
+    per_gpu = Amounts(1, CORES_PER_GPU, MIB_PER_GPU).weight(weights)
+    capacity = {
+        flavor: Amounts(gpus, gpus * CORES_PER_GPU, gpus * MIB_PER_GPU) for flavor, gpus in snap.capacity.items()
+    }
+    return Snapshot(
+        Tenancy.model_validate(doc),
+        capacity,
+        tuple(replace(h, cpus=h.gpus * CORES_PER_GPU, memory=h.gpus * MIB_PER_GPU) for h in snap.holders),
+        tuple(replace(w, cpus=w.gpus * CORES_PER_GPU, memory=w.gpus * MIB_PER_GPU) for w in snap.pending),
+        {cq: gpus * per_gpu for cq, gpus in snap.history.items()},  # usage history in the same GPU-equivalents
+        snap.now,
+    )
+
+
 def measure(snap: Snapshot, reps: int) -> dict:
     times = []
     for _ in range(reps):
@@ -205,7 +240,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     reps = QUICK_REPS if args.quick else REPS
 
-    results: dict[str, dict] = {"cellscale": {}, "fifo": {}}
+    results: dict[str, dict] = {"cellscale": {}, "fifo": {}, "cellscale, three resources": {}}
     t_start = time.perf_counter()
     for n in sizes:
         ours, fifo = snapshots(n)
@@ -213,6 +248,9 @@ def main() -> None:
         print(f"{n} pending: {len(ours.holders)} holders, {r} cycles each", flush=True)
         results["cellscale"][str(n)] = measure(ours, r)
         results["fifo"][str(n)] = measure(fifo, r)
+        three = measure(with_cpus_and_memory(ours), r)
+        assert three["admitted"] == results["cellscale"][str(n)]["admitted"], "the same decisions over three resources"
+        results["cellscale, three resources"][str(n)] = three
 
     rows = []
     for n in sizes:
@@ -263,6 +301,26 @@ def main() -> None:
         str(n): ratio(results["cellscale"][str(n)]["cycle_median_s"], results["fifo"][str(n)]["cycle_median_s"])
         for n in sizes
     }
+    three_ratios = {
+        str(n): ratio(
+            results["cellscale, three resources"][str(n)]["cycle_median_s"],
+            results["cellscale"][str(n)]["cycle_median_s"],
+        )
+        for n in sizes
+    }
+    print("\nGPUs, CPUs and memory against GPUs only (same jobs and decisions; issue 21's goal: at most 1.5)")
+    print_table(
+        ["pending", "GPUs only", "three resources", "three / GPUs only"],
+        [
+            [
+                f"{n:,}",
+                results["cellscale"][str(n)]["cycle_median_s"],
+                results["cellscale, three resources"][str(n)]["cycle_median_s"],
+                three_ratios[str(n)],
+            ]
+            for n in sizes
+        ],
+    )
     wall = time.perf_counter() - t_start
     print(f"\nwall time {wall:.0f} s")
     write_results(
@@ -282,6 +340,8 @@ def main() -> None:
             "scheduling_source_sha256": scheduling_digest(),
             "results": results,
             "ratio_cellscale_fifo_cycle": ratios,
+            "ratio_three_resources_gpus_only_cycle": three_ratios,
+            "three_resources": {"cores_per_gpu": CORES_PER_GPU, "mib_per_gpu": MIB_PER_GPU},
             "scaling": scaling,
             "wall_s": wall,
         },

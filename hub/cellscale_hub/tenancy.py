@@ -19,6 +19,7 @@ admin API edits the stored copy and records every change.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cached_property
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -231,12 +232,25 @@ class Tenancy(Strict):
 
     def root_of(self, cluster_queue: str) -> str:
         """The tree a queue borrows within: its top-most cohort, or itself when it has none."""
-        cohort = self.cluster_queues[cluster_queue].cohort
-        return f"cohort:{self._cohort_path(cohort)[0]}" if cohort else f"cq:{cluster_queue}"
+        return self._roots[cluster_queue]
 
     def members(self, root: str) -> Iterator[str]:
         """The cluster queues that borrow and lend within one tree."""
-        return (name for name in self.cluster_queues if self.root_of(name) == root)
+        return iter(self._trees.get(root, ()))
+
+    @cached_property
+    def _roots(self) -> dict[str, str]:  # a Tenancy is replaced, never edited, once validated
+        return {
+            name: f"cohort:{self._cohort_path(cq.cohort)[0]}" if cq.cohort else f"cq:{name}"
+            for name, cq in self.cluster_queues.items()
+        }
+
+    @cached_property
+    def _trees(self) -> dict[str, list[str]]:
+        trees: dict[str, list[str]] = {}
+        for name, root in self._roots.items():
+            trees.setdefault(root, []).append(name)
+        return trees
 
     def max_admissible(self, cluster_queue: str, flavor: str, resource: Resource = Resource.gpu) -> int | None:
         """The most of `resource` on `flavor` one job of this queue could ever get: its nominal

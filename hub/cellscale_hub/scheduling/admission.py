@@ -30,7 +30,7 @@ from functools import cached_property
 from cellscale.vocabulary import PendingCode, Resource
 from cellscale_hub.scheduling.ceiling import Ceiling, limits, over
 from cellscale_hub.scheduling.fairshare import FairTree
-from cellscale_hub.scheduling.resources import RESOURCES, Amounts, amount_words, capacity_of
+from cellscale_hub.scheduling.resources import RESOURCES, UNLIMITED, Amounts, amount_words, capacity_of
 from cellscale_hub.tenancy import Tenancy
 
 MAX_AHEAD = 10  # holders named in a waiting job's reason
@@ -168,11 +168,25 @@ class Decision:
 
 
 # -- usage bookkeeping --------------------------------------------------------------------
+_INDEXES = range(len(RESOURCES))
+_NONE = Amounts()
+
+
+def _pooled(before: Amounts, after: Amounts, private: Amounts) -> Amounts:
+    """How much more of the tree's pool a queue uses going from `before` to `after`: what it
+    uses beyond its private (unlent) part comes from the pool. Unrolled: admission's hot path."""
+    return Amounts(
+        max(0, after[0] - private[0]) - max(0, before[0] - private[0]),
+        max(0, after[1] - private[1]) - max(0, before[1] - private[1]),
+        max(0, after[2] - private[2]) - max(0, before[2] - private[2]),
+    )
+
+
 class Usage:
     """Resources held per (queue, flavor), with running totals of each tree's shared pool (so
     a fit check costs the same however many queues share the tree) and of physical use."""
 
-    def __init__(self, tenancy: Tenancy, capacity: Mapping[str, Amounts], holders: Iterable[Holder]):
+    def __init__(self, tenancy: Tenancy, capacity: Mapping[str, Amounts], held: Mapping[tuple[str, str], Amounts]):
         self.t = tenancy
         self.capacity = capacity
         self.used: dict[tuple[str, str], Amounts] = defaultdict(Amounts)
@@ -184,12 +198,16 @@ class Usage:
             for f, q in queue.quotas.items()
         }
         self.pool_size: dict[tuple[str, str], Amounts] = defaultdict(Amounts)  # (tree root, flavor) -> lendable
+        self.private: dict[tuple[str, str], Amounts] = {}  # (queue, flavor) -> what it does not lend
         for (cq, flavor), quotas in self.quotas.items():
             lendable = Amounts(*(q.lendable if q is not None else 0 for q in quotas))
             self.pool_size[self.root[cq], flavor] = self.pool_size[self.root[cq], flavor].plus(lendable)
+            self.private[cq, flavor] = Amounts(
+                *(q.nominal - q.lendable if q is not None else UNLIMITED for q in quotas)
+            )
         self.in_pool: dict[tuple[str, str], Amounts] = defaultdict(Amounts)  # (tree root, flavor) -> used from it
-        for h in holders:
-            self.add(h.cluster_queue, h.flavor, h.demand)
+        for (cq, flavor), amounts in held.items():
+            self.add(cq, flavor, amounts)
 
     def has(self, cq: str, flavor: str) -> bool:
         """The queue exists and has a quota on the flavor (an admin may have removed either
@@ -198,14 +216,13 @@ class Usage:
 
     def add(self, cq: str, flavor: str, demand: Amounts) -> None:
         self.physical[flavor] = self.physical[flavor].plus(demand)
-        if not self.has(cq, flavor):
+        private = self.private.get((cq, flavor))
+        if private is None:
             return
         before = self.used[cq, flavor]
         after = self.used[cq, flavor] = before.plus(demand)
         key = self.root[cq], flavor
-        self.in_pool[key] = (
-            self.in_pool[key].plus(self._from_pool(cq, flavor, after)).minus(self._from_pool(cq, flavor, before))
-        )
+        self.in_pool[key] = self.in_pool[key].plus(_pooled(before, after, private))
 
     def quota(self, cq: str, flavor: str):
         return self.t.cluster_queues[cq].quotas[flavor]
@@ -228,39 +245,30 @@ class Usage:
         used = self.used[cq, flavor]
         return any(q is not None and used[i] + demand[i] > q.nominal for i, q in enumerate(self.quotas[cq, flavor]))
 
-    def _from_pool(self, cq: str, flavor: str, used: Amounts) -> Amounts:
-        """What of `used` comes from the tree's pool: beyond the queue's private part."""
-        return Amounts(
-            *(
-                0 if q is None else max(0, used[i] - (q.nominal - q.lendable))
-                for i, q in enumerate(self.quotas[cq, flavor])
-            )
-        )
-
     def headroom(self, cq: str, flavor: str, resource: Resource = Resource.gpu) -> tuple[int, PendingCode]:
         """The most of `resource` the queue could get on the flavor now, and the binding limit."""
-        i = RESOURCES.index(resource)
+        return self._headroom(cq, flavor, RESOURCES.index(resource))
+
+    def _headroom(self, cq: str, flavor: str, i: int) -> tuple[int, PendingCode]:
+        amount, code = self.capacity.get(flavor, _NONE)[i] - self.physical[flavor][i], PendingCode.CapacityFull
         q = self.quotas[cq, flavor][i]
-        limits_now = []
-        if q is not None:
+        if q is not None:  # on a tie the quota explains best
             used = self.used[cq, flavor][i]
-            if q.borrowing_limit is not None:
-                limits_now.append((q.nominal + q.borrowing_limit - used, PendingCode.QuotaExhausted))
             key = self.root[cq], flavor
-            private_free = max(0, (q.nominal - q.lendable) - used)
-            limits_now.append((private_free + self.pool_size[key][i] - self.in_pool[key][i], PendingCode.PoolLent))
-        capacity = self.capacity.get(flavor, Amounts())[i]
-        limits_now.append((capacity - self.physical[flavor][i], PendingCode.CapacityFull))
-        amount, code = min(limits_now, key=lambda limit: limit[0])  # on a tie the quota explains best
+            pool = max(0, (q.nominal - q.lendable) - used) + self.pool_size[key][i] - self.in_pool[key][i]
+            if pool <= amount:
+                amount, code = pool, PendingCode.PoolLent
+            if q.borrowing_limit is not None and q.nominal + q.borrowing_limit - used <= amount:
+                amount, code = q.nominal + q.borrowing_limit - used, PendingCode.QuotaExhausted
         return max(0, amount), code
 
     def short(self, cq: str, flavor: str, demand: Amounts) -> tuple[Resource, int, PendingCode] | None:
         """The first resource the job cannot get now (with what is free of it and why), or None."""
-        for i, resource in enumerate(RESOURCES):
+        for i in _INDEXES:
             if demand[i]:
-                available, code = self.headroom(cq, flavor, resource)
+                available, code = self._headroom(cq, flavor, i)
                 if available < demand[i]:
-                    return resource, available, code
+                    return RESOURCES[i], available, code
         return None
 
     def fits(self, cq: str, flavor: str, demand: Amounts) -> bool:
@@ -269,7 +277,7 @@ class Usage:
     def without(self, victims: Iterable[Holder]) -> Usage:
         copy = Usage.__new__(Usage)
         copy.t, copy.capacity, copy.root, copy.pool_size = self.t, self.capacity, self.root, self.pool_size
-        copy.quotas = self.quotas
+        copy.quotas, copy.private = self.quotas, self.private
         copy.used, copy.physical = defaultdict(Amounts, self.used), defaultdict(Amounts, self.physical)
         copy.in_pool = defaultdict(Amounts, self.in_pool)
         for v in victims:
@@ -306,11 +314,12 @@ class Cycle:
 def schedule(snap: Snapshot) -> Decision:
     t = snap.tenancy
     weights = t.resource_weights
-    usage = Usage(t, {f: capacity_of(c) for f, c in snap.capacity.items()}, snap.holders)
+    held = _held_per_queue(snap.holders)
+    usage = Usage(t, {f: capacity_of(c) for f, c in snap.capacity.items()}, held)
     tree = FairTree.of(t)
     queue_use = dict(snap.history)
-    for h in snap.holders:
-        queue_use[h.cluster_queue] = queue_use.get(h.cluster_queue, 0.0) + h.demand.weight(weights)
+    for (cq, _), amounts in held.items():
+        queue_use[cq] = queue_use.get(cq, 0.0) + amounts.weight(weights)
     queues = _queues(snap.pending)
     heads = {cq: 0 for cq in queues}
     decision = Decision()
@@ -346,6 +355,17 @@ def schedule(snap: Snapshot) -> Decision:
         decision.pending.queue_behind(job, queues[cq][heads[cq] + 1 :], start=2)
         del heads[cq]
     return decision
+
+
+def _held_per_queue(holders: Iterable[Holder]) -> dict[tuple[str, str], Amounts]:
+    """What the holders hold per (queue, flavor), added up once."""
+    sums: dict[tuple[str, str], list[int]] = {}
+    for h in holders:
+        acc = sums.setdefault((h.cluster_queue, h.flavor), [0, 0, 0])
+        acc[0] += h.gpus
+        acc[1] += h.cpus
+        acc[2] += h.memory
+    return {key: Amounts(*acc) for key, acc in sums.items()}
 
 
 def _order(usage: Usage, flavors: list[str], job: Workload, fair_key: tuple[float, ...]):
