@@ -15,10 +15,13 @@ c.ControlPlane.backends = {"local": "local"}
 c.LocalDriver.gpus = int(os.environ.get("CELLSCALE_LOCAL_GPUS", "4"))
 
 # A Slurm cluster (the dev cluster: `cellscale dev slurm up` prints its SLURM_CONF), used
-# with `%%cluster --backend slurm`. Jobs run as the researcher's own Unix user and need a
-# job root that every node and that user can reach.
+# with `%%cluster --backend slurm` (its gpu partition) or `--backend slurm-cpu` (its cpu
+# partition). Both partitions charge the same desk accounts, so each backend names the other
+# (`shares_accounts_with`) and they mirror the same limits. Jobs run as the researcher's own
+# Unix user and need a job root that every node and that user can reach.
 if os.environ.get("CELLSCALE_SLURM_CONF"):
-    c.ControlPlane.backends["slurm"] = "slurm"
+    c.ControlPlane.backends["slurm"] = {"driver": "slurm", "partition": "gpu", "shares_accounts_with": ["slurm-cpu"]}
+    c.ControlPlane.backends["slurm-cpu"] = {"driver": "slurm", "partition": "cpu", "shares_accounts_with": ["slurm"]}
     c.SlurmDriver.slurm_conf = os.environ["CELLSCALE_SLURM_CONF"]
     c.SlurmDriver.master_addr = os.environ.get("CELLSCALE_SLURM_MASTER_ADDR", "127.0.0.1")
     c.ControlPlane.jobs_root = os.environ.get("CELLSCALE_JOBS_ROOT", str(state / "jobs"))

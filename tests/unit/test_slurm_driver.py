@@ -2,6 +2,7 @@
 Its behaviour against a real cluster is in tests/integration/test_slurm_backend.py."""
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -11,7 +12,17 @@ from traitlets.config import Config
 
 from cellscale.spec import BackendView, JobSpec, Launcher
 from cellscale_hub.drivers.base import AttemptRef, SpecRejected
-from cellscale_hub.drivers.slurm import SlurmDriver, _gpus_of, _state, master_port, sbatch_quote
+from cellscale_hub.drivers.slurm import (
+    AccountLimits,
+    SlurmDriver,
+    _gpus_of,
+    _state,
+    account_limits,
+    master_port,
+    sbatch_quote,
+)
+from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.tenancy import Tenancy
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 
@@ -38,7 +49,7 @@ def ref(spec: JobSpec, tenant="desk-a") -> AttemptRef:
 
 
 SITE = {
-    "extra_directives": ["--constraint=a100&nvlink", "--qos=normal", "--mem=0", "--exclusive"],
+    "extra_directives": ["--constraint=a100&nvlink", "--qos=normal", "--mail-type=FAIL", "--exclusive"],
     "prologue": ["module load cuda/12.4", "export NCCL_DEBUG=WARN"],
 }
 
@@ -49,12 +60,16 @@ SITE = {
         ("slurm-torchrun-2x8", {"nodes": 2, "gpus_per_node": 8, "timeout_min": 90}, {}, ()),
         ("slurm-switches-1x4", {"nodes": 1, "gpus_per_node": 4, "switches": 1}, {}, ()),
         ("slurm-cpu", {}, {}, ()),
+        # a CPU backtest cell: --cpus 8 --mem 4G on the CPU partition
+        ("slurm-cpu-8c-4g", {"cpus_per_task": 8, "memory_mb_per_node": "4G"}, {"partition": "cpu"}, ()),
+        # torchrun's 4 ranks per node share the node's one task: 4 x 3 cores
+        ("slurm-torchrun-4x3c", {"gpus_per_node": 4, "cpus_per_task": 3, "memory_mb_per_node": 65536}, {}, ()),
         # a site's directives and setup lines; nodes that failed the job before are avoided
         ("slurm-site-2x8", {"nodes": 2, "gpus_per_node": 8}, SITE, ("node7", "node3", "bad;node")),
     ],
 )
 def test_render_matches_golden(case, resources, traits, excluded):
-    driver = SlurmDriver(name="slurm", python="/opt/venv/bin/python", partition="gpu", **traits)
+    driver = SlurmDriver(name="slurm", python="/opt/venv/bin/python", **{"partition": "gpu", **traits})
     attempt = dataclasses.replace(ref(JobSpec(source="x = 1", resources=resources)), excluded_nodes=excluded)
     script = driver.render(attempt)
     path = GOLDEN / f"{case}.sh"
@@ -90,6 +105,10 @@ def test_submit_avoids_failed_nodes_while_enough_others_remain(excluded, kept):
         ("--constraint a100", "not a long sbatch option"),
         ("--account=desk-b", "--account is set by cellscale"),
         ("--job-name=x", "--job-name is set by cellscale"),
+        # the job's cores and memory are what admission counted: a site cannot change them
+        ("--mem=0", "--mem is set by cellscale"),
+        ("--cpus-per-task=4", "--cpus-per-task is set by cellscale"),
+        ("--mem-per-cpu=4G", "--mem-per-cpu is set by cellscale"),
     ],
 )
 def test_a_bad_extra_directive_is_refused_at_config_time(directive, error):
@@ -118,7 +137,7 @@ def test_a_custom_batch_template_renders():
         "{prologue}\n"
         'echo "job ${{SLURM_JOB_ID}}: {job_name} of {owner} ({tenant}), {nodes}x{gpus_per_node} GPUs, {launcher}"\n'
         "cd {job_dir}\n"
-        "srun --mpi=none --ntasks-per-node=1 {supervisor}\n"
+        "srun --mpi=none --ntasks-per-node=1 --cpus-per-task={cpus_per_node} {supervisor}\n"
     )
     driver = SlurmDriver(
         name="slurm", python="/opt/my venv/bin/python", batch_template=template, extra_directives=["--qos=normal"]
@@ -126,12 +145,13 @@ def test_a_custom_batch_template_renders():
     script = driver.render(ref(JobSpec(source="x", resources={"nodes": 2, "gpus_per_node": 8})))
     assert script == (
         "#!/bin/bash -l\n"
-        "# cellscale job cs-0123456789ab, attempt 2, owner alice: 2 node(s) x 8 GPU(s), launcher torchrun\n"
+        "# cellscale job cs-0123456789ab, attempt 2, owner alice: 2 node(s) x 8 GPU(s), 8 CPU(s), launcher torchrun\n"
         "#SBATCH --job-name=cs-0123456789ab-a2\n"
         "#SBATCH --account=desk-a\n"
         "#SBATCH --partition=gpu\n"
         "#SBATCH --nodes=2\n"
         "#SBATCH --ntasks-per-node=1\n"
+        "#SBATCH --cpus-per-task=8\n"
         "#SBATCH --gres=gpu:8\n"
         "#SBATCH --time=60\n"
         "#SBATCH --chdir=/shared/cellscale/jobs/cs-0123456789ab\n"
@@ -141,8 +161,8 @@ def test_a_custom_batch_template_renders():
         "#SBATCH --qos=normal\n"
         'echo "job ${SLURM_JOB_ID}: cs-0123456789ab-a2 of alice (desk-a), 2x8 GPUs, torchrun"\n'
         "cd /shared/cellscale/jobs/cs-0123456789ab\n"
-        "srun --mpi=none --ntasks-per-node=1 '/opt/my venv/bin/python' -m cellscale.runtime.supervisor "
-        "/shared/cellscale/jobs/cs-0123456789ab 2\n"
+        "srun --mpi=none --ntasks-per-node=1 --cpus-per-task=8 '/opt/my venv/bin/python' "
+        "-m cellscale.runtime.supervisor /shared/cellscale/jobs/cs-0123456789ab 2\n"
     )
 
 
@@ -262,9 +282,6 @@ def test_an_unsettled_accounting_record_is_unknown_not_final(tmp_path):
 
 
 def test_account_limits_mirror_quota_ceiling_and_entitled_share():
-    from cellscale_hub.drivers.slurm import account_limits
-    from cellscale_hub.tenancy import Tenancy
-
     tenancy = Tenancy.model_validate(
         {
             "flavors": {"slurm": {"backend": "slurm"}, "local": {"backend": "local"}},
@@ -285,8 +302,142 @@ def test_account_limits_mirror_quota_ceiling_and_entitled_share():
     )
     # the root has two children (cohort firm, queue laptop): firm is entitled to 1/2, trading
     # to 3/4 of that, each desk to half of trading: 0.1875 of the fleet; lab 1/2 · 1/4
-    assert account_limits(tenancy, "slurm", cluster_gpus=32) == {
-        "desk-a": (20, 188),  # 16 + its borrowing limit 4
-        "desk-b": (24, 188),  # 8 + what desk-a may lend (16); lab lends nothing
-        "lab": (32, 125),  # 8 + 16 + 8 = 32, the whole cluster
+    # no queue quotas CPUs or memory: the accounts get no limit on them
+    assert account_limits(tenancy, ["slurm"], Amounts(32, 128, 512000)) == {
+        "desk-a": AccountLimits(20, None, None, 188),  # 16 + its borrowing limit 4
+        "desk-b": AccountLimits(24, None, None, 188),  # 8 + what desk-a may lend (16); lab lends nothing
+        "lab": AccountLimits(32, None, None, 125),  # 8 + 16 + 8 = 32, the whole cluster
     }  # Laptop is no Slurm account name and has no Slurm quota
+
+
+# Two partitions of one cluster as two backends: GPU nodes (slurm) and a CPU pool (slurm-cpu).
+PARTITIONS = Tenancy.model_validate(
+    {
+        "flavors": {"gpu": {"backend": "slurm"}, "cpu": {"backend": "slurm-cpu"}},
+        "cohorts": {"firm": {}},
+        "cluster_queues": {
+            "desk-a": {
+                "cohort": "firm",
+                "quotas": {
+                    "gpu": {"nominal": 16, "cpu": {"nominal": 64, "borrowing_limit": 0}, "memory": {"nominal": "256G"}},
+                    "cpu": {"cpu": {"nominal": 40, "borrowing_limit": 0}, "memory": {"nominal": "80G"}},
+                },
+            },
+            "desk-b": {
+                "cohort": "firm",
+                "quotas": {
+                    "gpu": {"nominal": 16, "cpu": {"nominal": 64}},  # memory not quota'd on the GPU nodes
+                    "cpu": {"cpu": {"nominal": 40}, "memory": {"nominal": "80G"}},
+                },
+            },
+        },
+        "tenants": {desk: {"queues": {"default": {"cluster_queue": desk}}} for desk in ("desk-a", "desk-b")},
+    }
+)
+CLUSTER = Amounts(32, 144, 576000)  # 4 GPU nodes (32 cores, 128000M) and 2 CPU nodes (8 cores, 32000M)
+
+
+def test_account_limits_sum_every_partition_of_the_cluster():
+    """An account's GrpTRES counts its jobs in every partition: the ceilings add up the desk's
+    flavors on all the cluster's backends, at most the cluster; a resource one of them does
+    not quota gets no limit."""
+    limits = account_limits(PARTITIONS, ["slurm", "slurm-cpu"], CLUSTER)
+    assert limits == {
+        # GPUs 16 + 16 borrowable; cores 64 + 40 (no borrowing); memory 256G on the GPU flavor
+        # (desk-b has none there to lend) + 80G and desk-b's 80G on the CPU flavor = 416G
+        "desk-a": AccountLimits(32, 104, 425984, 500),
+        # cores (64 + 64) + (40 + 40) = 208, at most the cluster's 144; memory: none on its GPU flavor
+        "desk-b": AccountLimits(32, 144, None, 500),
+    }
+    assert limits["desk-a"].grp_tres == "GrpTRES=cpu=104,mem=425984M,gres/gpu=32"
+    assert limits["desk-b"].grp_tres == "GrpTRES=cpu=144,mem=-1,gres/gpu=32"  # -1 clears an earlier limit
+    # one backend alone would mirror only its own flavors' share of the account
+    assert account_limits(PARTITIONS, ["slurm-cpu"], CLUSTER)["desk-a"] == AccountLimits(0, 40, 163840, 500)
+
+
+class Scripted(SlurmDriver):
+    """A Slurm whose commands answer from a script (argv prefix -> stdout); records what ran."""
+
+    def __init__(self, answers: dict[tuple[str, ...], str], **traits):
+        super().__init__(**traits)
+        self.answers = answers
+        self.ran: list[list[str]] = []
+
+    def _run(self, argv: list[str]) -> str:
+        self.ran.append(argv)
+        for prefix, out in self.answers.items():
+            if tuple(argv[: len(prefix)]) == prefix:
+                return out
+        raise AssertionError(f"unexpected command {argv}")
+
+
+def node(name: str, cpus: int, memory: int, gres: str, partitions: list[str]) -> dict:
+    return {"name": name, "cpus": cpus, "real_memory": memory, "gres": gres, "partitions": partitions}
+
+
+SINFO = json.dumps(
+    {
+        "nodes": [
+            node("node1", 32, 128000, "gpu:8", ["gpu", "cpu"]),
+            node("node2", 32, 128000, "gpu:8", ["gpu", "cpu"]),
+            node("cpu1", 8, 32000, "", ["cpu"]),
+        ]
+    }
+)
+
+
+def scripted(partition: str, max_cpus: str, qos: str, qos_limits: str = "", **traits) -> Scripted:
+    line = f"PartitionName={partition} AllowQos=ALL QoS={qos} MaxCPUsPerNode={max_cpus} Nodes=whatever State=UP\n"
+    return Scripted(
+        {
+            ("sinfo", "--json"): SINFO,
+            ("scontrol", "-o", "show", "partition", partition): line,
+            ("sacctmgr", "-n", "-P", "show", "qos", qos): qos_limits,
+            ("sacctmgr", "-n", "-P", "show", "account"): "desk-a\ndesk-b\n",
+            ("sacctmgr", "-i", "modify", "account"): "",
+        },
+        **{"name": f"slurm-{partition}", "partition": partition, **traits},
+    )
+
+
+def test_capacity_counts_what_the_partition_lets_its_jobs_use():
+    """The CPU partition spans the CPU node and the GPU nodes, but holds at most 16 of a GPU
+    node's cores (MaxCPUsPerNode) and its QOS allows no GPU; the GPU partition has it all."""
+    cpu = scripted("cpu", "16", "cpu-only", "gres/gpu=0|\n").capacity()
+    assert (cpu.capacity_gpus, cpu.gpus_per_node, cpu.max_nodes) == (0, 0, 3)
+    assert (cpu.capacity_cpus, cpu.cpus_per_node) == (8 + 16 + 16, 16)
+    assert (cpu.capacity_memory_mb, cpu.memory_mb_per_node) == (288000, 128000)
+    gpu_driver = scripted("gpu", "UNLIMITED", "N/A")
+    gpu = gpu_driver.capacity()
+    assert (gpu.capacity_gpus, gpu.gpus_per_node, gpu.max_nodes) == (16, 8, 2)
+    assert (gpu.capacity_cpus, gpu.cpus_per_node, gpu.capacity_memory_mb) == (64, 32, 256000)
+    assert not any(argv[0] == "sacctmgr" for argv in gpu_driver.ran)  # no partition QOS to read
+    # a QOS limiting something else leaves the GPUs alone
+    assert scripted("cpu", "16", "some-qos", "cpu=64|gres/gpu=2\n").capacity().capacity_gpus == 16
+    # a partition no node is in has nothing (validate then says so), and nothing more to ask
+    missing = scripted("missing", "UNLIMITED", "N/A")
+    assert (missing.capacity().max_nodes, missing.capacity().capacity_cpus) == (0, 0)
+    assert [argv[0] for argv in missing.ran] == ["sinfo"]
+
+
+def test_a_cpu_job_wider_than_the_partition_allows_per_node_is_refused():
+    driver = scripted("cpu", "16", "cpu-only", "gres/gpu=0|\n")
+    driver.validate(JobSpec(source="x", resources={"cpus_per_task": 16, "memory_mb_per_node": "4G"}))
+    with pytest.raises(SpecRejected, match=r"24 CPUs per node .* backend 'slurm-cpu' has \(16\)"):
+        driver.validate(JobSpec(source="x", resources={"cpus_per_task": 24}))
+
+
+def test_both_partitions_mirror_the_same_account_limits():
+    """Each backend of the cluster names the other: both write the same GrpTRES, whichever
+    applies the tenancy last."""
+    gpu = scripted("gpu", "UNLIMITED", "N/A", name="slurm", shares_accounts_with=["slurm-cpu"])
+    cpu = scripted("cpu", "16", "cpu-only", "gres/gpu=0|\n", name="slurm-cpu", shares_accounts_with=["slurm"])
+    for driver in (gpu, cpu):
+        driver.apply_tenancy(PARTITIONS)
+    writes = [[argv for argv in d.ran if argv[:3] == ["sacctmgr", "-i", "modify"]] for d in (gpu, cpu)]
+    assert writes[0] == writes[1]
+    # the scripted cluster: 2 GPU nodes and a CPU node, 16 GPUs, 72 cores, 288000M
+    assert [argv[5:] for argv in writes[0]] == [
+        ["name=desk-a", "set", "GrpTRES=cpu=72,mem=288000M,gres/gpu=16", "Fairshare=500"],
+        ["name=desk-b", "set", "GrpTRES=cpu=72,mem=-1,gres/gpu=16", "Fairshare=500"],
+    ]

@@ -5,10 +5,14 @@
 `up` builds, from Debian's own packages (slurm-wlm 22.05, slurmdbd, munge, MariaDB):
 
 - one munged, one MariaDB (private data dir, 127.0.0.1, own port and socket), slurmdbd,
-  slurmctld, and four slurmds (`slurmd -N node1..node4`, one port each): 4 emulated nodes
-  x 8 emulated GPUs (character devices made with mknod, declared in gres.conf), two leaf
-  switches under a spine (topology/tree), multifactor priority with fair share, QOS
-  preemption (`high` preempts `normal`, jobs requeued), accounting with gres/gpu;
+  slurmctld, and six slurmds (`slurmd -N node1..node4, cpu1, cpu2`, one port each): 4
+  emulated GPU nodes (32 cores, 8 emulated GPUs each: character devices made with mknod,
+  declared in gres.conf) in partition `gpu`, and 2 emulated CPU nodes (8 cores) in partition
+  `cpu`, which may also hold up to 16 cores of each GPU node (MaxCPUsPerNode: the rest stay
+  for GPU jobs) and no GPU (its QOS `cpu-only`); cores and memory consumable
+  (CR_Core_Memory); leaf switches under a spine (topology/tree), multifactor priority with
+  fair share, QOS preemption (`high` preempts `normal`, jobs requeued), accounting with
+  gres/gpu;
 - Unix users alice and carol (account desk-a) and bob (account desk-b), so a job runs
   under its researcher's own identity (`runuser -u alice -- sbatch -A desk-a ...`) and is
   charged to its desk.
@@ -23,9 +27,10 @@ started (by pid file, nothing else) and keeps the state dir, so the next `up` is
 Measured on a 2-core Debian 12 machine (shared with other work), wall time of the command:
 - `up` from nothing installed: 20.0 s (apt-get update ~2 s, install ~9 s with most .debs
   already in the machine's apt cache, database init ~3 s, daemons and accounts ~5 s);
-- `up` installed but stopped (state dir kept): 3.1-3.2 s; with a new state dir: 8.0 s;
-- `up` on a running cluster: 0.8 s, and it starts nothing; `down`: ~2 s.
-Idle, all eight daemons: ~0.2% of one core, ~165 MB RSS (MariaDB ~120 MB of it).
+- `up` installed but stopped (state dir kept): 3.3-3.5 s (2.9-3.1 s with four nodes); with a
+  new state dir: 9.1 s (10.8 s with four nodes, the same day: database init dominates);
+- `up` on a running cluster: ~1 s, and it starts nothing; `down`: ~2 s.
+Idle, all ten daemons: ~0.2% of one core, ~180 MB RSS (MariaDB ~115 MB of it; a slurmd ~6.5 MB).
 """
 
 from __future__ import annotations
@@ -64,8 +69,11 @@ NEVER_INSTALL = "slurm-wlm-emulator"  # replaces slurmctld/slurmd via alternativ
 CLUSTER = "cellscale"
 SLURM_USER = "slurm"
 DB_USER = "slurm"
-NODES = ("node1", "node2", "node3", "node4")
+GPU_NODES = ("node1", "node2", "node3", "node4")
+CPU_NODES = ("cpu1", "cpu2")
+NODES = GPU_NODES + CPU_NODES
 GPUS_PER_NODE = 8
+CPU_PARTITION_QOS = "cpu-only"  # the cpu partition's QOS: no job there may take a GPU
 NVIDIA_MAJOR = 195
 TENANTS = {"desk-a": ("alice", "carol"), "desk-b": ("bob",)}
 DEFAULT_PORTS = {"mariadb": 16306, "slurmctld": 16817, "slurmdbd": 16819, "slurmd": 17001}
@@ -231,6 +239,7 @@ def write_private(path: Path, text: str) -> None:
 
 
 def template_values(layout: Layout, settings: Settings) -> dict[str, str]:
+    ports = settings.slurmd_ports
     values = {
         "state_dir": str(layout.root),
         "cluster": CLUSTER,
@@ -241,15 +250,21 @@ def template_values(layout: Layout, settings: Settings) -> dict[str, str]:
         "mariadb_port": str(settings.mariadb_port),
         "slurmctld_port": str(settings.slurmctld_port),
         "slurmdbd_port": str(settings.slurmdbd_port),
-        "slurmd_port_first": str(settings.slurmd_port_first),
-        "slurmd_port_last": str(settings.slurmd_port_first + len(NODES) - 1),
+        "gpu_node_ports": f"{ports[GPU_NODES[0]]}-{ports[GPU_NODES[-1]]}",
+        "cpu_node_ports": f"{ports[CPU_NODES[0]]}-{ports[CPU_NODES[-1]]}",
+        "cpu_partition_qos": CPU_PARTITION_QOS,
     }
     for key, value in values.items():
         if not SAFE_VALUE.fullmatch(value):
             raise ClusterError(f"refusing to write {key}={value!r} into a Slurm config")
-    for key in ("mariadb_port", "slurmctld_port", "slurmdbd_port", "slurmd_port_first", "slurmd_port_last"):
-        if not 1024 <= int(values[key]) <= 65535:
-            raise ClusterError(f"{key}={values[key]} is not a usable port")
+    for key, port in [
+        ("mariadb_port", settings.mariadb_port),
+        ("slurmctld_port", settings.slurmctld_port),
+        ("slurmdbd_port", settings.slurmdbd_port),
+        *((f"slurmd-{node}'s port", port) for node, port in ports.items()),
+    ]:
+        if not 1024 <= port <= 65535:
+            raise ClusterError(f"{key}={port} is not a usable port")
     return values
 
 
@@ -640,6 +655,23 @@ def start_slurmdbd(layout: Layout, settings: Settings, log: Log) -> bool:
     return child is not None
 
 
+def ensure_partition_qos(layout: Layout, log: Log) -> None:
+    """The cpu partition's QOS, which slurm.conf names: slurmctld refuses to start without it.
+    DenyOnLimit: a job over its limits is refused at submit rather than left pending forever.
+    Its limit on GPUs comes later (`limit_partition_qos`)."""
+    if [CPU_PARTITION_QOS] not in sacctmgr_rows(layout, "qos", "format=name"):
+        sacctmgr(layout, "-i", "add", "qos", CPU_PARTITION_QOS, "Flags=DenyOnLimit")
+        log(f"added QOS {CPU_PARTITION_QOS} (the cpu partition's)")
+
+
+def limit_partition_qos(layout: Layout, log: Log) -> None:
+    """No GPU for any job of the cpu partition (the GPU nodes' GPUs are the gpu partition's).
+    Set once slurmctld has registered: accounting knows the gres/gpu TRES only from then."""
+    if sacctmgr_rows(layout, "qos", CPU_PARTITION_QOS, "format=maxtres") != [["gres/gpu=0"]]:
+        sacctmgr(layout, "-i", "modify", "qos", CPU_PARTITION_QOS, "set", "MaxTRESPerJob=gres/gpu=0")
+        log(f"QOS {CPU_PARTITION_QOS}: no GPUs")
+
+
 def start_slurmctld(layout: Layout, settings: Settings, log: Log) -> bool:
     child = start(daemons(layout, settings)["slurmctld"], layout, log)
     if child:
@@ -785,12 +817,14 @@ def up(
         start_munge(layout, settings, log)
         start_mariadb(layout, settings, log)
         start_slurmdbd(layout, settings, log)
+        ensure_partition_qos(layout, log)
         start_slurmctld(layout, settings, log)
         start_slurmds(layout, settings, log)
         started = tuple(name for name in daemon_names() if name not in before)
         if started:
             wait_nodes_ready(layout, log)
             wait_controller_registered(layout)
+        limit_partition_qos(layout, log)
         ensure_accounts(layout, log)
         wait_controller_knows_users(layout)
     return Cluster(layout.root, started, time.monotonic() - began)

@@ -1,8 +1,10 @@
 """The Slurm backend: one sbatch job per attempt, the gang as whole nodes.
 
 `render()` is the exact batch script (golden-file tested): `--nodes`, one task per node
-(`srun` starts one cellscale supervisor per node, which starts torchrun or Ray there),
-`--gres=gpu:N`, `--switches` for topology, and the tenant as the Slurm account. It is a pure
+(`srun` starts one cellscale supervisor per node, which starts torchrun or Ray there) holding
+all of the node's cores (`--cpus-per-task` = the job's tasks per node x its cores per task,
+shared by the ranks torchrun starts), `--mem` per node when the job asks, `--gres=gpu:N`,
+`--switches` for topology, and the tenant as the Slurm account. It is a pure
 function of the attempt and the driver's traits (no Slurm command runs): a site adds its own
 `#SBATCH` lines (`extra_directives`), setup lines (`prologue`) or rewrites the whole script
 (`batch_template`) in config, the way batchspawner and dask-jobqueue do. Jobs are
@@ -20,14 +22,15 @@ import shlex
 import string
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from traitlets import Float, Integer, List, TraitError, Unicode, default, validate
 
 from cellscale.runtime.records import LaunchPlan
 from cellscale.spec import AttemptState, BackendView, JobSpec, Launcher
-from cellscale.vocabulary import Fault
+from cellscale.vocabulary import Fault, Resource
 from cellscale_hub import proc
 from cellscale_hub.drivers.base import (
     AttemptRef,
@@ -40,6 +43,7 @@ from cellscale_hub.drivers.base import (
     heartbeat_of,
 )
 from cellscale_hub.scheduling.fairshare import FairTree
+from cellscale_hub.scheduling.resources import RESOURCES, Amounts
 from cellscale_hub.tenancy import Tenancy
 
 SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -54,6 +58,11 @@ MANAGED_OPTIONS = frozenset(
         "partition",
         "nodes",
         "ntasks-per-node",
+        "cpus-per-task",
+        "mem",
+        "mem-per-cpu",  # sbatch refuses it beside --mem
+        "mem-per-gpu",
+        "cpus-per-gpu",  # would change the cores a GPU job holds behind cellscale's back
         "gres",
         "time",
         "switches",
@@ -86,6 +95,7 @@ TEMPLATE_FIELDS = {
     "partition": "the partition",
     "nodes": "the number of nodes",
     "gpus_per_node": "GPUs per node",
+    "cpus_per_node": "cores per node: the --cpus-per-task of the node's one task (the supervisor)",
     "timeout_min": "the wall-clock limit in minutes",
     "launcher": "torchrun, ray or plain",
     "job_dir": "the job directory (shell-quoted)",
@@ -104,6 +114,17 @@ ENDED = {
     "BOOT_FAIL": AttemptState.FAILED,
     "DEADLINE": AttemptState.FAILED,
 }
+
+
+@dataclass(frozen=True)
+class PartitionLimits:
+    """What a partition keeps from its jobs on every node."""
+
+    max_cpus_per_node: int | None  # MaxCPUsPerNode: the cores all its jobs together may hold on a node
+    no_gpus: bool  # its QOS allows no GPU
+
+    def cores_of(self, node_cpus: int) -> int:
+        return node_cpus if self.max_cpus_per_node is None else min(node_cpus, self.max_cpus_per_node)
 
 
 def job_name(ref: AttemptRef) -> str:
@@ -129,6 +150,14 @@ class SlurmDriver(Driver):
     kind = "slurm"
 
     partition = Unicode("gpu", help="Partition the jobs go to.").tag(config=True)
+    shares_accounts_with = List(
+        Unicode(),
+        help="""The other backends that submit to the same Slurm cluster (its other partitions, e.g.
+        a CPU partition beside the GPU one). Slurm's GrpTRES on an account counts the account's
+        jobs in every partition, so the limits `apply_tenancy` mirrors are summed over the
+        desk's flavors on this backend and on these; give each of them the same list, naming
+        the others, so they all write the same limits.""",
+    ).tag(config=True)
     python = Unicode(
         help="The Python (with cellscale installed) at the same path on every node. Default: the control plane's.",
     ).tag(config=True)
@@ -151,11 +180,12 @@ class SlurmDriver(Driver):
         Unicode(),
         help="""More sbatch options for every job, one option per entry, each written as an
         `#SBATCH` line after cellscale's own, e.g. ["--constraint=a100", "--qos=normal",
-        "--mem=0", "--exclusive"]. Each must start with `--` (long options only; no newlines).
+        "--exclusive"]. Each must start with `--` (long options only; no newlines).
         An entry is one option: a value with spaces or quotes is quoted for sbatch. The options
         cellscale sets itself (--job-name, --account, --partition, --nodes, --gres, --time,
-        --chdir, --output, ...) are refused: use the matching trait (`partition`) or the job's
-        resources. Like dask-jobqueue's `job_extra_directives` and batchspawner's `req_options`.""",
+        --cpus-per-task, --mem, --chdir, --output, ...) are refused: use the matching trait
+        (`partition`) or the job's resources (memory a job does not ask for is the partition's
+        DefMemPerCPU). Like dask-jobqueue's `job_extra_directives` and batchspawner's `req_options`.""",
     ).tag(config=True)
     prologue = List(
         Unicode(),
@@ -284,23 +314,49 @@ class SlurmDriver(Driver):
 
     # -- capacity ----------------------------------------------------------------------------
     def capacity(self) -> BackendView:
+        """The partition's nodes, GPUs, cores and memory (sinfo, `scontrol show partition`),
+        as far as its jobs may use them: at most `MaxCPUsPerNode` cores of each node (a
+        partition that shares nodes with another, like a CPU partition on GPU nodes), and no
+        GPUs when the partition's QOS allows none."""
         now = time.monotonic()
         if self._capacity and now - self._capacity[0] < self.capacity_seconds:
             return self._capacity[1]
-        nodes = [
-            n for n in json.loads(self._run(["sinfo", "--json"]))["nodes"] if self.partition in n.get("partitions", [])
-        ]
-        per_node = max((_gpus_of(n.get("gres", "")) for n in nodes), default=0)
+        nodes = [n for n in self._nodes() if self.partition in n.get("partitions", [])]
+        limits = self._partition_limits() if nodes else PartitionLimits(None, no_gpus=False)  # no such partition
+        gpus = [0 if limits.no_gpus else _gpus_of(n.get("gres", "")) for n in nodes]
+        cpus = [limits.cores_of(int(n.get("cpus", 0))) for n in nodes]
+        memory = [int(n.get("real_memory", 0)) for n in nodes]
+        per_node = max(gpus, default=0)
         view = BackendView(
             name=self.name,
             kind=self.kind,
-            capacity_gpus=per_node * len(nodes),
+            capacity_gpus=sum(gpus),
             max_nodes=len(nodes),
             gpus_per_node=per_node,
             launchers=list(Launcher),
+            capacity_cpus=sum(cpus),
+            cpus_per_node=max(cpus, default=0),
+            capacity_memory_mb=sum(memory),
+            memory_mb_per_node=max(memory, default=0),
         )
         self._capacity = (now, view)
         return view
+
+    def _nodes(self) -> list[dict]:
+        """Every node of the cluster, as `sinfo --json` describes it."""
+        return json.loads(self._run(["sinfo", "--json"]))["nodes"]
+
+    def _partition_limits(self) -> PartitionLimits:
+        """What the partition itself holds back: its MaxCPUsPerNode, and whether its QOS
+        (a partition QOS with MaxTRESPerJob or MaxTRESPerNode gres/gpu=0) allows no GPU."""
+        fields = _key_values(self._run(["scontrol", "-o", "show", "partition", self.partition]))
+        max_cpus = fields.get("MaxCPUsPerNode", "")
+        qos = fields.get("QoS", "N/A")
+        no_gpus = False
+        if qos not in ("N/A", "(null)", ""):
+            rows = self._run(["sacctmgr", "-n", "-P", "show", "qos", qos, "format=maxtres,maxtrespernode"])
+            no_gpus = any(_tres(limit).get("gres/gpu") == "0" for limit in re.split(r"[|\n]", rows))
+        return PartitionLimits(int(max_cpus) if max_cpus.isdigit() else None, no_gpus)
 
     def shape(self, spec: JobSpec) -> JobSpec:
         """`--gpus 16` on 8-GPU nodes becomes 2 whole nodes of 8."""
@@ -330,7 +386,12 @@ class SlurmDriver(Driver):
         """The batch script: a pure function of the attempt and the driver's traits.
 
         It runs no Slurm command: whatever it needs from the cluster is decided before, in
-        `submit` (which nodes to avoid, see `_avoiding`) or `shape` (whole nodes)."""
+        `submit` (which nodes to avoid, see `_avoiding`) or `shape` (whole nodes).
+
+        Slurm sees one task per node, the supervisor, with every core the node's processes need
+        (`--cpus-per-task` = tasks per node x cores per task): torchrun's ranks share them, and
+        Slurm counts what cellscale's admission counts. `--mem` is per node, in MiB, only when
+        the job asks (otherwise the partition's DefMemPerCPU applies)."""
         res = ref.spec.resources
         if not SAFE_NAME.match(ref.tenant):
             raise SpecRejected(
@@ -348,6 +409,8 @@ class SlurmDriver(Driver):
             f"--partition={self.partition}",
             f"--nodes={res.nodes}",
             "--ntasks-per-node=1",
+            f"--cpus-per-task={res.cpus_per_node}",
+            *([f"--mem={res.memory_mb_per_node}M"] if res.memory_mb_per_node else []),
             *([f"--gres=gpu:{res.gpus_per_node}"] if res.gpus_per_node else []),
             f"--time={res.timeout_min}",
             *([f"--switches={res.switches}"] if res.switches else []),
@@ -361,10 +424,13 @@ class SlurmDriver(Driver):
         supervisor = shlex.join([self.python, "-m", "cellscale.runtime.supervisor", str(ref.job_dir), str(ref.number)])
         fields = {
             "header": f"# cellscale job {ref.job_id}, attempt {ref.number}, owner {ref.owner}: "
-            f"{res.nodes} node(s) x {res.gpus_per_node} GPU(s), launcher {ref.spec.launcher.value}",
+            f"{res.nodes} node(s) x {res.gpus_per_node} GPU(s), {res.cpus_per_node} CPU(s)"
+            + (f", {res.memory_mb_per_node}M" if res.memory_mb_per_node else "")
+            + f", launcher {ref.spec.launcher.value}",
             "directives": "\n".join(f"#SBATCH {sbatch_quote(d)}" for d in directives),
             "prologue": "\n".join(self.prologue),
-            "command": f"exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 {supervisor}",
+            "command": f"exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 --cpus-per-task={res.cpus_per_node} "
+            + supervisor,
             "supervisor": supervisor,
             "job_name": job_name(ref),
             "job_id": ref.job_id,
@@ -374,6 +440,7 @@ class SlurmDriver(Driver):
             "partition": shlex.quote(self.partition),
             "nodes": str(res.nodes),
             "gpus_per_node": str(res.gpus_per_node),
+            "cpus_per_node": str(res.cpus_per_node),
             "timeout_min": str(res.timeout_min),
             "launcher": ref.spec.launcher.value,
             "job_dir": shlex.quote(str(ref.job_dir)),
@@ -496,9 +563,9 @@ class SlurmDriver(Driver):
     def apply_tenancy(self, tenancy: Tenancy) -> None:
         """Mirror each desk's quota and fair share onto its Slurm account (see
         `account_limits`); accounts Slurm does not know are left to the Slurm admin."""
-        cluster_gpus = self.capacity().capacity_gpus
+        backends = [self.name, *self.shares_accounts_with]
         known = set(self._run(["sacctmgr", "-n", "-P", "show", "account", "format=account"]).split())
-        for account, (gpus, shares) in account_limits(tenancy, self.name, cluster_gpus).items():
+        for account, limits in account_limits(tenancy, backends, self._cluster_amounts()).items():
             if account not in known:
                 self.log.warning("Slurm has no account %s: its quota is not mirrored", account)
                 continue
@@ -511,10 +578,20 @@ class SlurmDriver(Driver):
                     "where",
                     f"name={account}",
                     "set",
-                    f"GrpTRES=gres/gpu={gpus}",
-                    f"Fairshare={shares}",
+                    limits.grp_tres,
+                    f"Fairshare={limits.shares}",
                 ]
             )
+
+    def _cluster_amounts(self) -> Amounts:
+        """GPUs, cores and memory (MiB) of the whole cluster, every partition's nodes: an
+        account's GrpTRES counts its jobs in all of them."""
+        nodes = self._nodes()
+        return Amounts(
+            sum(_gpus_of(n.get("gres", "")) for n in nodes),
+            sum(int(n.get("cpus", 0)) for n in nodes),
+            sum(int(n.get("real_memory", 0)) for n in nodes),
+        )
 
     def warn(self, ref: AttemptRef) -> None:
         """SIGUSR1 to every step's tasks (the supervisors), not to the batch shell."""
@@ -522,25 +599,60 @@ class SlurmDriver(Driver):
             self._run([*self._as_user(ref.owner), "scancel", "--signal=USR1", ref.backend_ref])
 
 
-def account_limits(tenancy: Tenancy, backend: str, cluster_gpus: int) -> dict[str, tuple[int, int]]:
-    """Per Slurm account (= tenant): (GrpTRES gres/gpu, Fairshare).
+@dataclass(frozen=True)
+class AccountLimits:
+    """What one desk's Slurm account is set to: a GrpTRES ceiling per resource (None: no
+    limit, written -1 so an earlier one is cleared) and its Fairshare."""
 
-    The GPU limit is the most cellscale could ever admit for the tenant on this backend
-    (nominal + borrowable, at most the cluster), so Slurm never holds back a job cellscale
-    admitted, and a job submitted around cellscale meets the same ceiling. Fairshare is the
-    tenant's entitled fraction of the fleet from the cohort tree's weights, in thousandths,
-    so Slurm's own fair-share factor orders anything it orders the way cellscale would."""
+    gpus: int | None
+    cpus: int | None
+    memory_mb: int | None
+    shares: int
+
+    @property
+    def grp_tres(self) -> str:
+        memory = "-1" if self.memory_mb is None else f"{self.memory_mb}M"
+        return f"GrpTRES=cpu={_limit(self.cpus)},mem={memory},gres/gpu={_limit(self.gpus)}"
+
+
+def account_limits(tenancy: Tenancy, backends: Iterable[str], cluster: Amounts) -> dict[str, AccountLimits]:
+    """Per Slurm account (= tenant) with flavors on `backends` (the partitions of one cluster):
+    its GrpTRES ceilings and Fairshare.
+
+    Each ceiling is the most cellscale could ever admit for the tenant of that resource on
+    those backends' flavors (nominal + borrowable, summed over the flavors, at most the whole
+    cluster), so Slurm never holds back a job cellscale admitted, and a job submitted around
+    cellscale meets the same ceiling. A resource one of those flavors does not quota is bounded
+    there only by capacity, so the account gets no limit on it. Fairshare is the tenant's
+    entitled fraction of the fleet from the cohort tree's weights, in thousandths, so Slurm's
+    own fair-share factor orders anything it orders the way cellscale would."""
     tree = FairTree.of(tenancy)
-    limits: dict[str, tuple[int, int]] = {}
+    backends = list(backends)
+    limits: dict[str, AccountLimits] = {}
     for tenant, config in tenancy.tenants.items():
         if not SAFE_NAME.match(tenant):
             continue  # not a valid Slurm account name: such a tenant cannot submit to Slurm either
         queues = {local.cluster_queue for local in config.queues.values()}
-        gpus = sum(tenancy.max_admissible(cq, f) for cq in queues for f in tenancy.flavors_for(cq, backend))
-        fraction = sum(_entitled(tree, cq) for cq in queues if tenancy.flavors_for(cq, backend))
-        if gpus or fraction:
-            limits[tenant] = (min(gpus, cluster_gpus), max(1, round(1000 * fraction)))
+        placed = [(cq, flavor) for cq in queues for backend in backends for flavor in tenancy.flavors_for(cq, backend)]
+        if not placed:
+            continue
+        ceilings = [_ceiling(tenancy, placed, resource, cap) for resource, cap in zip(RESOURCES, cluster, strict=True)]
+        fraction = sum(_entitled(tree, cq) for cq in {cq for cq, _ in placed})
+        limits[tenant] = AccountLimits(*ceilings, shares=max(1, round(1000 * fraction)))
     return limits
+
+
+def _ceiling(tenancy: Tenancy, placed: list[tuple[str, str]], resource: Resource, cap: int) -> int | None:
+    """The most of `resource` these (cluster queue, flavor) pairs could hold at once; None
+    when one of them has no quota on it."""
+    amounts = [tenancy.max_admissible(cq, flavor, resource) for cq, flavor in placed]
+    if any(amount is None for amount in amounts):
+        return None
+    return min(sum(amounts), cap)
+
+
+def _limit(amount: int | None) -> str:
+    return "-1" if amount is None else str(amount)
 
 
 def _entitled(tree: FairTree, cluster_queue: str) -> float:
@@ -578,6 +690,16 @@ def _gpus_of(gres: str) -> int:
     """'gpu:8' or 'gpu:tesla:8(S:0)' → 8."""
     match = re.search(r"gpu(?::[^:,(]+)?:(\d+)", gres)
     return int(match.group(1)) if match else 0
+
+
+def _tres(text: str) -> dict[str, str]:
+    """'cpu=4,gres/gpu=0' → {'cpu': '4', 'gres/gpu': '0'}."""
+    return dict(item.split("=", 1) for item in text.strip().split(",") if "=" in item)
+
+
+def _key_values(line: str) -> dict[str, str]:
+    """`scontrol -o show ...`'s `Key=Value Key=Value` line as a dict."""
+    return dict(item.split("=", 1) for item in line.split() if "=" in item)
 
 
 def _exit_code(entry: dict) -> int | None:
