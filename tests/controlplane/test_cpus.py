@@ -79,3 +79,14 @@ def test_impossible_cpu_and_memory_asks_are_refused_with_the_numbers(tmp_path, s
     assert too_much.status_code == 422 and "at most 8 GiB of memory (local)" in too_much.json()["detail"]
     node = plane.submit(launcher="plain", resources={"memory_mb_per_node": "32G"})
     assert node.status_code == 422 and "--mem 32768M per node is more than any node" in node.json()["detail"]
+
+
+def test_a_job_runs_as_many_threads_as_cores_it_asked_for(tmp_path, store):
+    plane = Plane(tmp_path, store, tenancy=CPU_DESKS)
+    plane.driver.cpus = 8
+    cell = "import os\nprint('threads', os.environ['OMP_NUM_THREADS'])"
+    done = plane.run_until(
+        plane.submit(source=cell, launcher="plain", resources={"cpus_per_task": 3}).json()["id"], {Phase.SUCCEEDED}
+    )
+    log = plane.http.get(f"/api/jobs/{done['id']}/logs", headers=plane.as_("alice")).json()["text"]
+    assert "[rank 0] threads 3" in log

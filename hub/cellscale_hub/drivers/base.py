@@ -245,6 +245,7 @@ class Driver(LoggingConfigurable):
             nodes=res.nodes,
             gpus_per_node=res.gpus_per_node,
             procs_per_node=procs,
+            cpus_per_task=res.cpus_per_task,
             gpu_ids=list(ref.gpu_ids),
             outputs=spec.outputs,
             input_names=spec.input_names,

@@ -19,6 +19,7 @@ class LaunchPlan(BaseModel):
     nodes: int
     gpus_per_node: int
     procs_per_node: int
+    cpus_per_task: int = 1  # cores each process asked for (--cpus): its default thread count
     gpu_ids: list[int] = Field(default_factory=list)
     outputs: list[str] = Field(default_factory=list)
     input_names: list[str] = Field(default_factory=list)

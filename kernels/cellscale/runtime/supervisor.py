@@ -174,7 +174,7 @@ class Supervisor:
         if self.plan.gpu_ids:  # the local backend assigns ids; Slurm sets CUDA_VISIBLE_DEVICES itself
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.plan.gpu_ids))
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
-        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("OMP_NUM_THREADS", str(self.plan.cpus_per_task))  # the cores each process asked for
         return env
 
     def _on_signal(self, signum: int, _frame: object) -> None:
