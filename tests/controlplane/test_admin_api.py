@@ -44,7 +44,14 @@ def test_quota_change_is_applied_and_audited(plane):
         "borrowing_limit": 0,
         "lending_limit": 1,
     }
-    assert view["flavors"] == [{"flavor": "local", "backend": "local", "capacity_gpus": 4, "nominal_total": 4}]
+    (flavor,) = view["flavors"]
+    assert {k: flavor[k] for k in ("flavor", "backend", "capacity_gpus", "nominal_total", "cpu_nominal_total")} == {
+        "flavor": "local",
+        "backend": "local",
+        "capacity_gpus": 4,
+        "nominal_total": 4,
+        "cpu_nominal_total": 0,
+    }
     latest = plane.http.get("/api/admin/audit", headers=plane.as_("admin")).json()[0]
     assert latest["actor"] == "admin" and latest["action"] == "set-quota"
     assert latest["target"] == "cluster_queues/desk-a/quotas/local"

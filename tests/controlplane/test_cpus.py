@@ -90,3 +90,18 @@ def test_a_job_runs_as_many_threads_as_cores_it_asked_for(tmp_path, store):
     )
     log = plane.http.get(f"/api/jobs/{done['id']}/logs", headers=plane.as_("alice")).json()["text"]
     assert "[rank 0] threads 3" in log
+
+
+def test_an_admin_cannot_promise_more_cores_than_the_backend_has(tmp_path, store):
+    plane = Plane(tmp_path, store, tenancy=CPU_DESKS)
+    plane.driver.cpus = 8
+    url = "/api/admin/cluster-queues/desk-a/quotas/local"
+    refused = plane.http.put(url, headers=plane.as_("admin"), json={"nominal": 2, "cpu": {"nominal": 6}})
+    assert refused.status_code == 422
+    assert "would sum to 9 CPUs, more than its backend local has (8)" in refused.json()["detail"]
+    kept = plane.http.put(url, headers=plane.as_("admin"), json={"nominal": 2, "cpu": {"nominal": 5}})
+    assert kept.status_code == 200, kept.text
+    view = kept.json()
+    assert view["tenancy"]["cluster_queues"]["desk-a"]["quotas"]["local"]["cpu"]["nominal"] == 5
+    flavor = next(f for f in view["flavors"] if f["flavor"] == "local")
+    assert (flavor["capacity_cpus"], flavor["cpu_nominal_total"]) == (8, 8)

@@ -12,11 +12,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from cellscale.spec import QueueUsage
+from cellscale.vocabulary import Resource
 from cellscale_hub.api.context import Context, context, presented_token, principal
 from cellscale_hub.api.csrf import csrf_token
 from cellscale_hub.api.errors import refusals
 from cellscale_hub.auth import Principal, Unauthenticated
 from cellscale_hub.drivers import flavor_capacities
+from cellscale_hub.scheduling.resources import UNLIMITED
 from cellscale_hub.store import usage
 from cellscale_hub.store.models import utcnow
 from cellscale_hub.tenancy import Quota, Tenancy
@@ -40,6 +42,11 @@ class FlavorCapacity(BaseModel):
     backend: str
     capacity_gpus: int = Field(description="Physical GPUs of its backend now (0: the backend is not configured).")
     nominal_total: int = Field(description="Sum of the nominal quotas on this flavor.")
+    cpu_only: bool = Field(False, description="A CPU node pool.")
+    capacity_cpus: int | None = Field(None, description="Cores of its backend now (None: the backend does not say).")
+    cpu_nominal_total: int = Field(0, description="Sum of the nominal CPU quotas on this flavor.")
+    capacity_memory_mb: int | None = Field(None, description="Memory of its backend now, MiB (None: not said).")
+    memory_nominal_total_mb: int = Field(0, description="Sum of the nominal memory quotas on this flavor, MiB.")
 
 
 class TenancyView(BaseModel):
@@ -229,17 +236,35 @@ def _capacities(ctx: Context, t: Tenancy) -> list[FlavorCapacity]:
             flavor=f,
             backend=spec.backend,
             capacity_gpus=capacity[f].gpu,
-            nominal_total=sum(cq.quotas[f].nominal for cq in t.cluster_queues.values() if f in cq.quotas),
+            nominal_total=_nominal_total(t, f, Resource.gpu),
+            cpu_only=spec.cpu_only,
+            capacity_cpus=_known(capacity[f].cpu),
+            cpu_nominal_total=_nominal_total(t, f, Resource.cpu),
+            capacity_memory_mb=_known(capacity[f].memory),
+            memory_nominal_total_mb=_nominal_total(t, f, Resource.memory),
         )
         for f, spec in t.flavors.items()
     ]
 
 
+def _nominal_total(t: Tenancy, flavor: str, resource: Resource) -> int:
+    quotas = (cq.quotas[flavor].of(resource) for cq in t.cluster_queues.values() if flavor in cq.quotas)
+    return sum(q.nominal for q in quotas if q is not None)
+
+
+def _known(amount: int) -> int | None:
+    return None if amount >= UNLIMITED else amount
+
+
 def _check_capacity(ctx: Context, t: Tenancy) -> None:
     for flavor in _capacities(ctx, t):
-        if flavor.capacity_gpus and flavor.nominal_total > flavor.capacity_gpus:
-            raise ValueError(
-                f"nominal quotas on flavor {flavor.flavor} would sum to {flavor.nominal_total} GPUs, "
-                f"more than its backend {flavor.backend} has ({flavor.capacity_gpus}); lower another "
-                "queue's nominal quota first"
-            )
+        for promised, has, unit in (
+            (flavor.nominal_total, flavor.capacity_gpus, "GPUs"),
+            (flavor.cpu_nominal_total, flavor.capacity_cpus, "CPUs"),
+            (flavor.memory_nominal_total_mb, flavor.capacity_memory_mb, "MiB of memory"),
+        ):
+            if has and promised > has:
+                raise ValueError(
+                    f"nominal quotas on flavor {flavor.flavor} would sum to {promised} {unit}, "
+                    f"more than its backend {flavor.backend} has ({has}); lower another queue's nominal quota first"
+                )

@@ -624,6 +624,34 @@ export interface components {
              * @description Sum of the nominal quotas on this flavor.
              */
             nominal_total: number;
+            /**
+             * Cpu Only
+             * @description A CPU node pool.
+             * @default false
+             */
+            cpu_only: boolean;
+            /**
+             * Capacity Cpus
+             * @description Cores of its backend now (None: the backend does not say).
+             */
+            capacity_cpus?: number | null;
+            /**
+             * Cpu Nominal Total
+             * @description Sum of the nominal CPU quotas on this flavor.
+             * @default 0
+             */
+            cpu_nominal_total: number;
+            /**
+             * Capacity Memory Mb
+             * @description Memory of its backend now, MiB (None: not said).
+             */
+            capacity_memory_mb?: number | null;
+            /**
+             * Memory Nominal Total Mb
+             * @description Sum of the nominal memory quotas on this flavor, MiB.
+             * @default 0
+             */
+            memory_nominal_total_mb: number;
         };
         /** FlavorUsage */
         FlavorUsage: {
