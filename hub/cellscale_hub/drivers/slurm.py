@@ -87,7 +87,7 @@ TEMPLATE_FIELDS = {
     "nodes": "the number of nodes",
     "gpus_per_node": "GPUs per node",
     "timeout_min": "the wall-clock limit in minutes",
-    "launcher": "torchrun, ray or plain",
+    "launcher": "torchrun, ray, plain or jax",
     "job_dir": "the job directory (shell-quoted)",
     "python": "the Python that runs the supervisor (shell-quoted)",
 }
