@@ -117,7 +117,7 @@ def _parser() -> _Parser:
     p.add_argument("--gpus", type=int)
     p.add_argument("--nodes", type=int)
     p.add_argument("--gpus-per-node", type=int)
-    p.add_argument("--tasks-per-node", type=int, help="processes per node (default: one per GPU for torchrun)")
+    p.add_argument("--tasks-per-node", type=int, help="processes per node (default: one per GPU for torchrun and jax)")
     p.add_argument("--cpus", type=int, help="CPU cores per task (default 1)")
     p.add_argument("--mem", help="memory per node, e.g. 4G or 512M")
     p.add_argument("--launcher", choices=[launcher.value for launcher in Launcher])

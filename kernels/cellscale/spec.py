@@ -54,7 +54,20 @@ RESULT_TAG_HEADER = "X-Cellscale-Result-Tag"
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_RESERVED_ENV_PREFIXES = ("CELLSCALE_", "SLURM_", "CUDA_VISIBLE_DEVICES", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_")
+_RESERVED_ENV_PREFIXES = (
+    "CELLSCALE_",
+    "SLURM_",
+    "CUDA_VISIBLE_DEVICES",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MASTER_",
+    "JAX_COORDINATOR_ADDRESS",  # this and the next two: a jax job's coordinates
+    "JAX_NUM_PROCESSES",
+    "JAX_PROCESS_ID",
+)
+PER_GPU_LAUNCHERS = (Launcher.torchrun, Launcher.jax)
+"""Launchers that start several processes per node: one per GPU unless --tasks-per-node says."""
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 QueueName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
@@ -102,7 +115,7 @@ class Resources(Strict):
         None,
         ge=1,
         le=256,
-        description="Processes (ranks) on each node; absent: one per GPU for torchrun, else one.",
+        description="Processes (ranks) on each node; absent: one per GPU for torchrun and jax, else one.",
     )
     cpus_per_task: int = Field(1, ge=1, le=1024, description="CPU cores for each process (Slurm's --cpus-per-task).")
     memory_mb_per_node: int | None = Field(
@@ -239,11 +252,11 @@ class JobSpec(Strict):
 
     @model_validator(mode="after")
     def _tasks_said(self) -> JobSpec:
-        """Stored with its processes per node spelled out: one per GPU for torchrun, else one."""
-        if (self.resources.tasks_per_node or 1) > 1 and self.launcher is not Launcher.torchrun:
+        """Stored with its processes per node spelled out: one per GPU for torchrun and jax, else one."""
+        per_gpu = self.launcher in PER_GPU_LAUNCHERS
+        if (self.resources.tasks_per_node or 1) > 1 and not per_gpu:
             raise ValueError(f"--tasks-per-node starts several processes per node: a {self.launcher.value} job has one")
         if self.resources.tasks_per_node is None:
-            per_gpu = self.launcher is Launcher.torchrun
             tasks = max(1, self.resources.gpus_per_node) if per_gpu else 1
             self.resources = self.resources.model_copy(update={"tasks_per_node": tasks})
         return self

@@ -19,6 +19,7 @@ class Launcher(StrEnum):
     torchrun = "torchrun"  # one process per GPU, torch.distributed's static rendezvous across nodes
     ray = "ray"  # a private Ray cluster over the gang's nodes; the cell is its driver
     plain = "plain"  # one process per node, no launcher
+    jax = "jax"  # one process per GPU (or --tasks-per-node), started by the supervisor; cellscale.jax.initialize()
 
 
 class Resource(StrEnum):

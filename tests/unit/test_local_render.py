@@ -15,6 +15,7 @@ CASES = {
     "local-torchrun-2gpu": {"launcher": "torchrun", "resources": {"gpus_per_node": 2}},
     "local-ray-4gpu": {"launcher": "ray", "resources": {"gpus_per_node": 4}},
     "local-plain-cpu": {"launcher": "plain"},
+    "local-jax-2gpu": {"launcher": "jax", "resources": {"gpus_per_node": 2}},
     "local-quoting": {"launcher": "plain", "name": "x-y"},
 }
 

@@ -72,6 +72,7 @@ def test_empty_cell_is_refused():
         ("", 1, 0, 0),
         ("--gpus 2 --cpus 4 --mem 512M", 8, 512, 2),  # torchrun: a task per GPU, 4 cores each
         ("--nodes 2 --tasks-per-node 3 --cpus 2 --mem 1T", 12, 2 * 1024 * 1024, 0),
+        ("--launcher jax --tasks-per-node 2", 2, 0, 0),  # two JAX processes on CPUs
     ],
 )
 def test_cpus_and_memory_make_the_gang(line, cpus, memory_mb, gpus):

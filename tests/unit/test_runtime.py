@@ -1,23 +1,34 @@
 """The in-job runtime run for real on a hand-written job directory (no control plane)."""
 
+import errno
 import json
+import signal
 import subprocess
 import sys
 import time
 
+import pytest
+
 from cellscale.runtime.jobdir import JobDir
 from cellscale.runtime.rank import visible_devices
 from cellscale.runtime.records import LaunchPlan
+from cellscale.runtime.supervisor import coordinator_port, jax_ranks, launcher_argv
 from cellscale.spec import Launcher
 
 
-def job_dir(tmp_path, source: str, **plan) -> JobDir:
+def job_dir(tmp_path, source: str, launcher=Launcher.plain, procs_per_node=1, **plan) -> JobDir:
     jd = JobDir(tmp_path / "cs-test")
     jd.root.mkdir()
     jd.cell.write_text(source)
     jd.write_plan(
         LaunchPlan(
-            job_id="cs-test", attempt=1, launcher=Launcher.plain, nodes=1, gpus_per_node=0, procs_per_node=1, **plan
+            job_id="cs-test",
+            attempt=1,
+            launcher=launcher,
+            nodes=1,
+            gpus_per_node=0,
+            procs_per_node=procs_per_node,
+            **plan,
         )
     )
     return jd
@@ -112,6 +123,75 @@ def test_one_gpu_per_rank_when_there_is_one_per_rank():
     assert visible_devices("4,5", 1, 2) == "5"
     assert visible_devices("4,5,6", 1, 2) == "4,5,6"
     assert visible_devices("", 0, 1) == ""
+
+
+def jax_plan(**fields) -> LaunchPlan:
+    return LaunchPlan(job_id="cs-test", attempt=1, launcher=Launcher.jax, gpus_per_node=2, **fields)
+
+
+def test_jax_processes_get_global_ranks_and_node_0s_coordinator():
+    plan = jax_plan(nodes=2, procs_per_node=2, master_port=29400)
+    second_node = jax_ranks(plan, node=1, master="node7", port=29400)
+    ranks = [(r["RANK"], r["LOCAL_RANK"], r["JAX_PROCESS_ID"]) for r in second_node]
+    assert ranks == [("2", "0", "2"), ("3", "1", "3")]
+    assert {(r["WORLD_SIZE"], r["JAX_NUM_PROCESSES"], r["JAX_COORDINATOR_ADDRESS"]) for r in second_node} == {
+        ("4", "4", "node7:29400")
+    }
+    assert [r["RANK"] for r in jax_ranks(plan, node=0, master="node7", port=29400)] == ["0", "1"]
+    # no launcher binary: the supervisor starts the rank wrapper itself, once per process
+    assert launcher_argv(plan, JobDir("/jobs/cs-test"), node=1, master="node7")[1:] == [
+        "-m",
+        "cellscale.runtime.rank",
+        "/jobs/cs-test",
+        "1",
+    ]
+
+
+def test_a_jax_coordinator_port_is_the_plans_or_on_one_machine_a_free_one():
+    assert coordinator_port(jax_plan(nodes=2, procs_per_node=1, master_port=29400)) == 29400
+    assert 0 < coordinator_port(jax_plan(nodes=1, procs_per_node=2)) < 65536
+    with pytest.raises(ValueError, match="rendezvous port"):
+        coordinator_port(jax_plan(nodes=2, procs_per_node=1))
+
+
+def test_a_jax_jobs_processes_each_know_their_rank(tmp_path):
+    source = (
+        "import os\nfrom cellscale.runtime.environment import JobEnvironment\nenv = JobEnvironment.current()\n"
+        "print('rank', env.rank, 'of', env.world_size, 'process', os.environ['JAX_PROCESS_ID'], flush=True)\n"
+    )
+    jd = job_dir(tmp_path, source, launcher=Launcher.jax, procs_per_node=2)
+    supervise(jd)
+    log = jd.log.read_text()
+    assert jd.read_exit(1).reason == "succeeded", log
+    assert "[rank 0] rank 0 of 2 process 0" in log and "[rank 1] rank 1 of 2 process 1" in log
+
+
+def test_a_jax_process_that_fails_stops_the_others(tmp_path):
+    source = "import os, time\nif os.environ['RANK'] == '1':\n    raise ValueError('bad shard')\ntime.sleep(60)\n"
+    jd = job_dir(tmp_path, source, launcher=Launcher.jax, procs_per_node=2)
+    started = time.monotonic()
+    supervise(jd)
+    assert time.monotonic() - started < 30  # rank 0 was stopped, not waited for
+    record = jd.read_exit(1)
+    assert record.reason == "user_error" and record.message == "rank 1: ValueError: bad shard"
+
+
+def test_a_jax_process_that_cannot_start_stops_those_started_before_it(tmp_path, monkeypatch):
+    from cellscale.runtime import supervisor
+
+    jd = job_dir(tmp_path, "pass", launcher=Launcher.jax, procs_per_node=2)
+    started: list[subprocess.Popen] = []
+
+    def start(argv, env, output):
+        if started:
+            raise OSError(errno.E2BIG, "Argument list too long")
+        started.append(subprocess.Popen(["sleep", "60"], start_new_session=True))
+        return started[0]
+
+    monkeypatch.setattr(supervisor, "_start", start)
+    with pytest.raises(OSError):
+        supervisor.Supervisor(jd, 1, 0)._start_all(["rank"], [{}, {}], subprocess.DEVNULL)
+    assert started[0].wait(timeout=15) == -signal.SIGTERM
 
 
 def test_a_survivors_error_after_a_lost_peer_is_not_a_user_error(tmp_path):

@@ -36,3 +36,15 @@ def test_resources_bounds():
 
 def test_terminal_phases():
     assert {p for p in Phase if p.terminal} == {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED}
+
+
+def test_jax_starts_a_process_per_gpu_or_as_many_as_tasks_per_node_says():
+    assert spec(launcher="jax", resources={"gpus_per_node": 4}).resources.tasks_per_node == 4
+    assert spec(launcher="jax").resources.tasks_per_node == 1
+    on_cpus = spec(launcher="jax", resources={"tasks_per_node": 2, "cpus_per_task": 2})
+    assert on_cpus.resources.tasks_per_node == 2 and on_cpus.resources.cpus == 4
+
+
+def test_a_jax_jobs_coordinates_are_cellscales_own():
+    with pytest.raises(ValidationError, match="set by cellscale itself"):
+        spec(launcher="jax", env={"JAX_PROCESS_ID": "0"})

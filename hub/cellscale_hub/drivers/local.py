@@ -131,10 +131,12 @@ class LocalDriver(Driver):
 
     def render(self, ref: AttemptRef) -> str:
         gpus = ",".join(map(str, ref.gpu_ids)) or "none"
+        plan = self.launch_plan(ref)
+        each = f", once for each of its {plan.procs_per_node} processes" if plan.launcher is Launcher.jax else ""
         lines = [
             "#!/bin/sh",
             f"# cellscale local backend: job {ref.job_id}, attempt {ref.number}, GPUs {gpus}",
-            f"# the supervisor then starts: {shlex.join(launcher_argv(self.launch_plan(ref), ref.dir))}",
+            f"# the supervisor then starts{each}: {shlex.join(launcher_argv(plan, ref.dir))}",
             f"cd {shlex.quote(str(ref.job_dir))}",
             f"exec {shlex.join(self.argv(ref))}",
         ]

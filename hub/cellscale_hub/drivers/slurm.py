@@ -97,7 +97,7 @@ TEMPLATE_FIELDS = {
     "gpus_per_node": "GPUs per node",
     "cpus_per_node": "cores per node: the --cpus-per-task of the node's one task (the supervisor)",
     "timeout_min": "the wall-clock limit in minutes",
-    "launcher": "torchrun, ray or plain",
+    "launcher": "torchrun, ray, plain or jax",
     "job_dir": "the job directory (shell-quoted)",
     "python": "the Python that runs the supervisor (shell-quoted)",
 }

@@ -34,8 +34,8 @@ class LaunchPlan(BaseModel):
 
     @property
     def expected_ranks(self) -> int:
-        """How many rank processes run the cell: one per GPU for torchrun, one per node for plain,
-        one driver for Ray."""
+        """How many rank processes run the cell: one per GPU for torchrun and jax (or
+        --tasks-per-node), one per node for plain, one driver for Ray."""
         if self.launcher is Launcher.ray:
             return 1
         return self.nodes * self.procs_per_node

@@ -4,7 +4,8 @@ One supervisor runs per node (the local backend starts one; on Slurm, `srun` sta
 node and SLURM_NODEID says which). It holds its node's lock for as long as it lives (so the
 control plane can tell a live attempt from a dead one even after its own restart), starts
 the launcher, writes heartbeats, enforces the time limit, forwards cancellation, and writes
-the exit record that the control plane reads.
+the exit record that the control plane reads. JAX has no launcher: for a jax job the
+supervisor starts the node's rank processes itself and stops them all when one fails.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -19,6 +21,7 @@ import sys
 import threading
 import time
 from contextlib import ExitStack, contextmanager
+from typing import IO
 
 from cellscale.runtime import raycluster
 from cellscale.runtime.jobdir import JobDir, open_log
@@ -52,6 +55,37 @@ def launcher_argv(plan: LaunchPlan, job: JobDir, node: int = 0, master: str = "1
     ]
 
 
+def jax_ranks(plan: LaunchPlan, node: int, master: str, port: int) -> list[dict[str, str]]:
+    """The environment of each of this node's processes in a jax job: torchrun's variables
+    (so JobEnvironment and the log's rank prefix work) and the coordinates
+    `cellscale.jax.initialize()` passes to `jax.distributed.initialize`. Node k runs processes
+    k*procs .. k*procs+procs-1, as torchrun lays out ranks; process 0 runs the coordinator."""
+    world = plan.nodes * plan.procs_per_node
+    return [
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local),
+            "WORLD_SIZE": str(world),
+            "JAX_COORDINATOR_ADDRESS": f"{master}:{port}",
+            "JAX_NUM_PROCESSES": str(world),
+            "JAX_PROCESS_ID": str(rank),
+        }
+        for local, rank in enumerate(range(node * plan.procs_per_node, (node + 1) * plan.procs_per_node))
+    ]
+
+
+def coordinator_port(plan: LaunchPlan) -> int:
+    """The plan's rendezvous port (every node derives it alike); a one-node job without one
+    (the local backend's) takes a free port of this machine."""
+    if plan.master_port is not None:
+        return plan.master_port
+    if plan.nodes > 1:
+        raise ValueError("a multi-node jax job needs a rendezvous port in its plan (master_port)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def first_host(env: dict[str, str]) -> str:
     """Node 0's address: the plan's, or the first host of the Slurm allocation."""
     nodelist = env.get("SLURM_JOB_NODELIST", "")
@@ -68,7 +102,7 @@ class Supervisor:
         self.node = node
         self.dir = job.node_dir(attempt, node)
         self.plan = job.read_plan()
-        self.child: subprocess.Popen[bytes] | None = None
+        self.children: list[subprocess.Popen[bytes]] = []  # the launcher, or a jax job's processes
         self.stop_reason: ExitReason | None = None  # why the supervisor itself stopped the launcher
         self.done = threading.Event()
 
@@ -106,37 +140,62 @@ class Supervisor:
             with warning_ignored():  # node 0's supervisor writes the notice every rank reads
                 code = raycluster.worker(self.plan, self.job, master, env, self.node)
             return self._record(code)
+        argv = launcher_argv(self.plan, self.job, self.node, master)
         with ExitStack() as stack:
-            with warning_ignored():
+            read_end, write_end = os.pipe()  # every process's own output, on one pipe
+            with os.fdopen(write_end, "wb") as output, warning_ignored():
                 stack.enter_context(raycluster.head_if(self.plan, self.job, env, log_fd))
-                self.child = subprocess.Popen(
-                    launcher_argv(self.plan, self.job, self.node, master),
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            pump = pump_lines(
-                self.child.stdout, log_fd, "[launcher] " if self.plan.nodes == 1 else f"[node {self.node}] "
-            )
-            record = self._wait(self.child)
+                self._start_all(argv, self._processes(env, master), output)
+            prefix = "[launcher] " if self.plan.nodes == 1 else f"[node {self.node}] "
+            pump = pump_lines(os.fdopen(read_end, "rb"), log_fd, prefix)
+            record = self._wait()
             pump.join(timeout=5)
         return record
 
-    def _wait(self, child: subprocess.Popen[bytes]) -> ExitRecord:
-        """Wait for the launcher; a timer enforces the time limit (a wait with a timeout polls,
-        every 50 ms: the exit record would come that much later)."""
-        self.child = child
+    def _processes(self, env: dict[str, str], master: str) -> list[dict[str, str]]:
+        """The environment of each process to start: the launcher's, or each rank's of a jax job."""
+        if self.plan.launcher is not Launcher.jax:
+            return [env]
+        return [env | rank for rank in jax_ranks(self.plan, self.node, master, coordinator_port(self.plan))]
+
+    def _start_all(self, argv: list[str], envs: list[dict[str, str]], output: IO[bytes]) -> None:
+        """Start every process or none: one that cannot start stops those started before it."""
+        try:
+            for env in envs:
+                self.children.append(_start(argv, env, output))
+        except BaseException:
+            self._terminate()
+            raise
+
+    def _wait(self) -> ExitRecord:
+        """Wait for the launcher or the processes; a timer enforces the time limit (a wait with
+        a timeout polls, every 50 ms: the exit record would come that much later)."""
         limit = threading.Timer(self.plan.timeout_s, self._time_out)
         limit.daemon = True
         limit.start()
-        code = child.wait()
+        code = self._gang_exit(self.children)
         limit.cancel()
         return self._record(code)
 
+    def _gang_exit(self, children: list[subprocess.Popen[bytes]]) -> int:
+        """0 when every process exits 0; else the first failure's status, once the others are
+        stopped: a rank that dies fails the gang, as torchrun makes it (its peers would block
+        in their next collective until JAX's heartbeat timeout)."""
+        if len(children) == 1:
+            return children[0].wait()
+        ended: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for child in children:
+            threading.Thread(target=lambda c=child: ended.put(c.wait()), daemon=True).start()
+        failure = 0
+        for _ in children:
+            code = ended.get()
+            if code != 0 and failure == 0:
+                failure = code
+                threading.Thread(target=self._terminate, daemon=True).start()
+        return failure
+
     def _time_out(self) -> None:
-        if self.child is not None and self.child.poll() is None:  # not one that just ended on its own
+        if any(child.poll() is None for child in self.children):  # not a gang that just ended on its own
             self.stop_reason = ExitReason.TIMEOUT
             self._terminate()
 
@@ -187,14 +246,16 @@ class Supervisor:
         self.job.write_preempt_notice(self.attempt, PreemptNotice(at=time.time()))
 
     def _terminate(self) -> None:
-        child = self.child
-        if child is None or child.poll() is not None:
-            return
-        _killpg(child.pid, signal.SIGTERM)
-        try:
-            child.wait(timeout=GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            _killpg(child.pid, signal.SIGKILL)
+        """SIGTERM to every running process's group; SIGKILL to those still there after the grace period."""
+        running = [child for child in self.children if child.poll() is None]
+        for child in running:
+            _killpg(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_SECONDS
+        for child in running:
+            try:
+                child.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _killpg(child.pid, signal.SIGKILL)
 
     def _heartbeat(self) -> None:
         """Every few seconds: alive, with rank 0's last reported step."""
@@ -202,6 +263,13 @@ class Supervisor:
             beat = Heartbeat(at=time.time(), pid=os.getpid(), step=self.job.read_step(self.attempt))
             self.job.write_heartbeat(self.attempt, self.node, beat)
             self.done.wait(HEARTBEAT_SECONDS)
+
+
+def _start(argv: list[str], env: dict[str, str], output: IO[bytes]) -> subprocess.Popen[bytes]:
+    """The launcher or a rank, in its own session (so a signal to its group reaches all it started)."""
+    return subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def launch_failure(exc: Exception) -> ExitRecord:

@@ -851,7 +851,7 @@ export interface components {
          * @description How ranks start on the nodes.
          * @enum {string}
          */
-        Launcher: "torchrun" | "ray" | "plain";
+        Launcher: "torchrun" | "ray" | "plain" | "jax";
         /**
          * LogChunk
          * @description A slice of a job's combined, rank-prefixed log. Offsets are bytes.
@@ -1082,7 +1082,7 @@ export interface components {
             gpus_per_node: number;
             /**
              * Tasks Per Node
-             * @description Processes (ranks) on each node; absent: one per GPU for torchrun, else one.
+             * @description Processes (ranks) on each node; absent: one per GPU for torchrun and jax, else one.
              */
             tasks_per_node?: number | null;
             /**
