@@ -12,11 +12,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from cellscale.spec import QueueUsage
+from cellscale.vocabulary import Resource
 from cellscale_hub.api.context import Context, context, presented_token, principal
 from cellscale_hub.api.csrf import csrf_token
 from cellscale_hub.api.errors import refusals
 from cellscale_hub.auth import Principal, Unauthenticated
 from cellscale_hub.drivers import flavor_capacities
+from cellscale_hub.scheduling.resources import UNLIMITED
 from cellscale_hub.store import usage
 from cellscale_hub.store.models import utcnow
 from cellscale_hub.tenancy import Quota, Tenancy
@@ -38,8 +40,13 @@ Ctx = Annotated[Context, Depends(context)]
 class FlavorCapacity(BaseModel):
     flavor: str
     backend: str
+    cpu_only: bool = Field(False, description="A CPU node pool (the tenancy's flavors.NAME.cpu_only).")
     capacity_gpus: int = Field(description="Physical GPUs of its backend now (0: the backend is not configured).")
     nominal_total: int = Field(description="Sum of the nominal quotas on this flavor.")
+    capacity_cpus: int | None = Field(None, description="CPU cores of its backend now (None: it does not count them).")
+    capacity_memory_mb: int | None = Field(None, description="Memory of its backend now, MiB (None: not counted).")
+    cpu_nominal_total: int | None = Field(None, description="Sum of the CPU quotas on this flavor (None: none).")
+    memory_mb_nominal_total: int | None = Field(None, description="Sum of the memory quotas, MiB (None: none).")
 
 
 class TenancyView(BaseModel):
@@ -54,7 +61,8 @@ class TenancyView(BaseModel):
 
 
 class QuotaUpdate(Quota):
-    """New quota of one cluster queue on one flavor."""
+    """The whole new quota of one cluster queue on one flavor: GPUs, and `cpu` and `memory`
+    where they are quota'd (a part left out is no longer quota'd)."""
 
 
 class WeightUpdate(BaseModel):
@@ -228,11 +236,28 @@ def _capacities(ctx: Context, t: Tenancy) -> list[FlavorCapacity]:
         FlavorCapacity(
             flavor=f,
             backend=spec.backend,
+            cpu_only=spec.cpu_only,
             capacity_gpus=capacity[f].gpu,
-            nominal_total=sum(cq.quotas[f].nominal for cq in t.cluster_queues.values() if f in cq.quotas),
+            nominal_total=_nominal_total(t, f, Resource.gpu) or 0,
+            capacity_cpus=_counted(capacity[f].cpu),
+            capacity_memory_mb=_counted(capacity[f].memory),
+            cpu_nominal_total=_nominal_total(t, f, Resource.cpu),
+            memory_mb_nominal_total=_nominal_total(t, f, Resource.memory),
         )
         for f, spec in t.flavors.items()
     ]
+
+
+def _nominal_total(t: Tenancy, flavor: str, resource: Resource) -> int | None:
+    """The sum of the queues' nominal quotas of `resource` on `flavor`; None where no queue has one."""
+    quotas = [cq.quotas[flavor].of(resource) for cq in t.cluster_queues.values() if flavor in cq.quotas]
+    nominals = [q.nominal for q in quotas if q is not None]
+    return sum(nominals) if nominals else None
+
+
+def _counted(amount: int) -> int | None:
+    """A capacity as the page shows it: None for one the backend does not report."""
+    return None if amount >= UNLIMITED else amount
 
 
 def _check_capacity(ctx: Context, t: Tenancy) -> None:
