@@ -7,7 +7,8 @@ import html
 import sys
 from datetime import UTC, datetime
 
-from cellscale.spec import CheckpointView, JobView, Phase
+from cellscale.spec import CheckpointView, JobView, PendingView, Phase, Resources
+from cellscale.vocabulary import Resource
 
 PHASE_COLOURS = {
     Phase.SUCCEEDED: "#1a7f37",
@@ -22,13 +23,12 @@ def status_line(job: JobView) -> str:
     start = job.started_at or job.created_at
     end = job.finished_at or datetime.now(UTC)
     seconds = max(0, int((end - start).total_seconds()))
-    gpus = job.spec.resources.gpus
     parts = [
         job.id,
         job.phase.value,
         f"{seconds // 60:02d}:{seconds % 60:02d}",
         f"attempt {len(job.attempts) or '-'}",
-        f"{gpus} GPU{'s' * (gpus != 1)} on {job.backend}",
+        f"{resource_words(job.spec.resources)} on {job.backend}",
     ]
     if job.reason and (not job.phase.terminal or job.phase is Phase.FAILED):
         parts.append(job.reason or "")
@@ -50,7 +50,7 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
     if job.pending:
         p = job.pending
         lines.append(f"  why pending: {p.message}")
-        lines.append(f"  position {p.position} in its queue; needs {p.needs} GPUs, {p.available} free to it")
+        lines.append(f"  position {p.position} in its queue; {_needs(p)}")
         lines.extend(f"    ahead: {a.job_id} ({a.cluster_queue}, {a.gpus} GPUs, {a.why})" for a in p.ahead[:5])
         if p.estimated_start:
             lines.append(f"  estimated start: {_clock(p.estimated_start)} (if the jobs ahead run to their time limits)")
@@ -67,6 +67,37 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
             f"{_age(c.committed_at)} ago): {c.url}"
         )
     return "\n".join(lines)
+
+
+def resource_words(resources: Resources) -> str:
+    """What a job asks for, as the notebook and the panel show it: "2 GPUs · 8 CPUs · 4 GiB";
+    a CPU job's without GPUs ("8 CPUs"), memory only where --mem asked for it."""
+    parts = [_plural(resources.gpus, "GPU")] if resources.gpus else []
+    parts.append(_plural(resources.cpus, "CPU"))
+    if resources.memory_mb:
+        parts.append(memory_words(resources.memory_mb))
+    return " · ".join(parts)
+
+
+def memory_words(mb: int) -> str:
+    """A memory size in MiB as people read it: 512 MiB, 4 GiB, 1.5 GiB, 2 TiB."""
+    for unit in ("MiB", "GiB"):
+        if mb < 1024:
+            return f"{round(mb, 1):g} {unit}"
+        mb /= 1024
+    return f"{round(mb, 1):g} TiB"
+
+
+def _needs(p: PendingView) -> str:
+    """What a waiting job needs of the resource it waits for, and what is free to it."""
+    if p.resource is Resource.memory:
+        return f"needs {memory_words(p.needs)} of memory, {memory_words(p.available)} free to it"
+    noun = "CPU" if p.resource is Resource.cpu else "GPU"
+    return f"needs {_plural(p.needs, noun)}, {p.available} free to it"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _size(n: int) -> str:

@@ -127,10 +127,7 @@ export function pendingWords(pending: PendingView, now: Date = new Date()): stri
       : `It is number ${pending.position} in its queue.`
   );
   if (pending.needs > 0) {
-    const flavor = pending.flavor ? ` ${pending.flavor}` : '';
-    words.push(
-      `It needs ${plural(pending.needs, 'GPU')}${flavor}; ${pending.available} ${pending.available === 1 ? 'is' : 'are'} free for it now.`
-    );
+    words.push(needsWords(pending));
   }
   words.push(
     pending.estimated_start
@@ -138,6 +135,18 @@ export function pendingWords(pending: PendingView, now: Date = new Date()): stri
       : 'Estimated start: unknown.'
   );
   return words;
+}
+
+/** What a waiting job needs of the resource it waits for, and what is free to it:
+ * "It needs 2 GPUs on local; 1 is free for it now.", "It needs 64 GiB of memory on slurm; 16 GiB is free…". */
+function needsWords(pending: PendingView): string {
+  const on = pending.flavor ? ` on ${pending.flavor}` : '';
+  const { needs, available } = pending;
+  if (pending.resource === 'memory') {
+    return `It needs ${formatMemory(needs)} of memory${on}; ${formatMemory(available)} is free for it now.`;
+  }
+  const noun = pending.resource === 'cpu' ? 'CPU' : 'GPU';
+  return `It needs ${plural(needs, noun)}${on}; ${available} ${available === 1 ? 'is' : 'are'} free for it now.`;
 }
 
 /** One job in the way of a waiting one: "cs-… (desk-b): 2 GPUs, borrowing". */
@@ -200,8 +209,103 @@ export function isJobId(id: string): boolean {
   return /^cs-[0-9a-f]{12}$/.test(id);
 }
 
-/** GPUs a job asked for: nodes × GPUs per node (the spec's defaults where it left them out). */
-export function jobGpus(job: Schemas['JobView']): number {
-  const resources = job.spec.resources;
-  return (resources?.nodes ?? 1) * (resources?.gpus_per_node ?? 0);
+/** What a job asks for, as the notebook shows it too: "2 GPUs · 8 CPUs · 4 GiB"; a CPU job's
+ * without GPUs ("8 CPUs"); memory only where it asked for some (--mem). The spec's defaults
+ * where it left a field out. */
+export function resourceWords(job: Schemas['JobView']): string {
+  const r = job.spec.resources;
+  const nodes = r?.nodes ?? 1;
+  const gpus = nodes * (r?.gpus_per_node ?? 0);
+  const cpus = nodes * (r?.tasks_per_node ?? 1) * (r?.cpus_per_task ?? 1);
+  const memory = nodes * (r?.memory_mb_per_node ?? 0);
+  return [gpus ? plural(gpus, 'GPU') : '', plural(cpus, 'CPU'), memory ? formatMemory(memory) : '']
+    .filter(Boolean)
+    .join(' · ');
+}
+
+/** A memory size in MiB as people read it: 512 MiB, 4 GiB, 1.5 GiB, 2 TiB. */
+export function formatMemory(mb: number): string {
+  const units = ['MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (mb >= 1024 && i < units.length - 1) {
+    mb /= 1024;
+    i++;
+  }
+  return `${Math.round(mb * 10) / 10} ${units[i]}`;
+}
+
+type QueueUsage = Schemas['QueueUsage'];
+type FlavorUsage = Schemas['FlavorUsage'];
+
+/** One resource of a flavor in the quota view: its use against the queue's quota there. */
+export interface IQuotaLine {
+  resource: Schemas['Resource'];
+  /** "GPUs", "CPUs", "memory". */
+  label: string;
+  used: number;
+  nominal: number;
+  borrowed: number;
+  /** "2 / 2", "6 / 16", "12 GiB / 64 GiB". */
+  usedText: string;
+  borrowedText: string;
+  /** For screen readers: "6 used of 16 nominal, 0 borrowed". */
+  description: string;
+}
+
+/** Whether the quota view shows CPUs and memory at all: only where a queue has a quota on
+ * them, so a GPU-only deployment's view stays as it was. */
+export function quotasCpuOrMemory(queues: QueueUsage[]): boolean {
+  return queues.some(q => q.flavors.some(f => f.cpu_nominal != null || f.memory_mb_nominal != null));
+}
+
+/** A flavor's lines in the quota view: GPUs (not for a CPU pool, where none are quota'd or
+ * held), then CPUs and memory where the queue has a quota on them. */
+export function quotaLines(f: FlavorUsage): IQuotaLine[] {
+  const cpuOrMemory = f.cpu_nominal != null || f.memory_mb_nominal != null;
+  const lines: IQuotaLine[] = [];
+  if (!(cpuOrMemory && f.nominal === 0 && f.used === 0)) {
+    lines.push(quotaLine('gpu', 'GPUs', f.used, f.nominal, f.borrowed, String));
+  }
+  if (f.cpu_nominal != null) {
+    lines.push(quotaLine('cpu', 'CPUs', f.cpus_used, f.cpu_nominal, Math.max(0, f.cpus_used - f.cpu_nominal), String));
+  }
+  if (f.memory_mb_nominal != null) {
+    const over = Math.max(0, f.memory_mb_used - f.memory_mb_nominal);
+    lines.push(quotaLine('memory', 'memory', f.memory_mb_used, f.memory_mb_nominal, over, formatMemory));
+  }
+  return lines;
+}
+
+function quotaLine(
+  resource: Schemas['Resource'],
+  label: string,
+  used: number,
+  nominal: number,
+  borrowed: number,
+  show: (n: number) => string
+): IQuotaLine {
+  return {
+    resource,
+    label,
+    used,
+    nominal,
+    borrowed,
+    usedText: `${show(used)} / ${show(nominal)}`,
+    borrowedText: show(borrowed),
+    description: `${show(used)} used of ${show(nominal)} nominal, ${show(borrowed)} borrowed`
+  };
+}
+
+/** What a queue's waiting jobs want: "2 jobs waiting for 4 GPUs", "… for 4 GPUs · 16 CPUs"
+ * (CPUs beside GPUs where `cpus`: the view shows CPU quotas), "1 job waiting for 8 CPUs". */
+export function waitingWords(q: QueueUsage, cpus: boolean): string {
+  if (!q.pending_jobs) {
+    return 'nothing waiting';
+  }
+  const wants = [
+    q.pending_gpus ? plural(q.pending_gpus, 'GPU') : '',
+    q.pending_cpus && (cpus || !q.pending_gpus) ? plural(q.pending_cpus, 'CPU') : ''
+  ].filter(Boolean);
+  const jobs = `${plural(q.pending_jobs, 'job')} waiting`;
+  return wants.length ? `${jobs} for ${wants.join(' · ')}` : jobs;
 }

@@ -4,6 +4,24 @@ from __future__ import annotations
 
 import pytest
 
+from cellscale_hub.tenancy import Tenancy
+from tests.controlplane.conftest import Plane
+
+CPU_POOL = Tenancy.model_validate(
+    {
+        "flavors": {"local": {"backend": "local"}, "cpus": {"backend": "local", "cpu_only": True}},
+        "cluster_queues": {
+            "desk-a": {
+                "quotas": {
+                    "local": {"nominal": 2},
+                    "cpus": {"nominal": 0, "cpu": {"nominal": 4, "lending_limit": 2}, "memory": {"nominal": "8G"}},
+                }
+            }
+        },
+        "tenants": {"desk-a": {"queues": {"default": {"cluster_queue": "desk-a"}}}},
+    }
+)
+
 
 @pytest.mark.parametrize(
     "method, path, body",
@@ -44,14 +62,19 @@ def test_quota_change_is_applied_and_audited(plane):
         "borrowing_limit": 0,
         "lending_limit": 1,
     }
-    (flavor,) = view["flavors"]
-    assert {k: flavor[k] for k in ("flavor", "backend", "capacity_gpus", "nominal_total", "cpu_nominal_total")} == {
-        "flavor": "local",
-        "backend": "local",
-        "capacity_gpus": 4,
-        "nominal_total": 4,
-        "cpu_nominal_total": 0,
-    }
+    assert view["flavors"] == [
+        {
+            "flavor": "local",
+            "backend": "local",
+            "cpu_only": False,
+            "capacity_gpus": 4,
+            "nominal_total": 4,
+            "capacity_cpus": plane.driver.cpus,
+            "capacity_memory_mb": plane.driver.memory_mb,
+            "cpu_nominal_total": None,
+            "memory_mb_nominal_total": None,
+        }
+    ]
     latest = plane.http.get("/api/admin/audit", headers=plane.as_("admin")).json()[0]
     assert latest["actor"] == "admin" and latest["action"] == "set-quota"
     assert latest["target"] == "cluster_queues/desk-a/quotas/local"
@@ -148,3 +171,32 @@ def test_nodes_blamed_for_faults_are_flagged_to_admins(plane):
         ("node2", 1, False),
     ]
     assert nodes[0]["jobs"] == ["cs-000000000000", "cs-000000000001"]
+
+
+def test_cpu_pools_and_cpu_and_memory_quotas_are_shown_and_edited_whole(tmp_path, store):
+    plane = Plane(tmp_path, store, tenancy=CPU_POOL)
+    plane.driver.cpus, plane.driver.memory_mb = 16, 65536
+    view = plane.http.get("/api/admin/tenancy", headers=plane.as_("admin")).json()
+    flavors = {f["flavor"]: f for f in view["flavors"]}
+    assert (flavors["cpus"]["cpu_only"], flavors["cpus"]["capacity_cpus"], flavors["cpus"]["capacity_memory_mb"]) == (
+        True,
+        16,
+        65536,
+    )
+    assert (flavors["cpus"]["cpu_nominal_total"], flavors["cpus"]["memory_mb_nominal_total"]) == (4, 8192)
+    assert (flavors["local"]["cpu_only"], flavors["local"]["cpu_nominal_total"]) == (False, None)
+    # the page sends the whole quota, memory as written ("16G"): every part is stored
+    body = {
+        "nominal": 0,
+        "borrowing_limit": None,
+        "lending_limit": None,
+        "cpu": {"nominal": 6, "borrowing_limit": 2, "lending_limit": 2},
+        "memory": {"nominal": "16G", "borrowing_limit": None, "lending_limit": None},
+    }
+    response = plane.http.put("/api/admin/cluster-queues/desk-a/quotas/cpus", headers=plane.as_("admin"), json=body)
+    assert response.status_code == 200, response.text
+    stored = response.json()["tenancy"]["cluster_queues"]["desk-a"]["quotas"]["cpus"]
+    assert stored["cpu"] == {"nominal": 6, "borrowing_limit": 2, "lending_limit": 2}
+    assert stored["memory"] == {"nominal": 16384, "borrowing_limit": None, "lending_limit": None}
+    usage = next(f for f in response.json()["usage"][0]["flavors"] if f["flavor"] == "cpus")
+    assert (usage["cpu_nominal"], usage["memory_mb_nominal"]) == (6, 16384)

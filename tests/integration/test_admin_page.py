@@ -1,6 +1,8 @@
 """The admin page in a real browser (Debian's Chromium through Playwright), through the real
-hub: OAuth sign-in, the cohort tree, flavors, quotas with usage bars, the audit log, refused
-and accepted quota edits, no console errors, and a 403 for a user who is not a hub admin.
+hub: OAuth sign-in, the cohort tree, flavors, quotas with usage bars (GPUs, and CPUs and memory
+where a quota sets them), the audit log, refused and accepted quota edits (an edit of the GPU
+numbers keeps the CPU and memory parts), no console errors, and a 403 for a user who is not a
+hub admin.
 
 Screenshots go to $CELLSCALE_ARTIFACTS (default test-artifacts/ at the repo root). The quotas
 this test edits are put back exactly as they were, even when it fails."""
@@ -13,6 +15,7 @@ import re
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect
 
+from cellscale.display import memory_words
 from tests.integration.conftest import ARTIFACTS, PASSWORD, Hub, api
 
 pytestmark = pytest.mark.integration
@@ -20,6 +23,9 @@ pytestmark = pytest.mark.integration
 # the hub admin signs in only with the admin password (config/jupyterhub_config.py)
 ADMIN_PASSWORD = os.environ.get("CELLSCALE_DEMO_ADMIN_PASSWORD", "cellscale-demo-admin-password-for-local-use")
 ADMIN_PATH = "/services/cellscale/admin"
+# desk-b's cores and memory on the local flavor, set for this test (and put back after it)
+DESK_B_CPU = {"nominal": 8, "borrowing_limit": 4, "lending_limit": None}
+DESK_B_MEMORY = {"nominal": 16384, "borrowing_limit": None, "lending_limit": 8192}
 
 
 def sign_in_through_hub(page: Page, hub: Hub, user: str, password: str) -> None:
@@ -69,6 +75,8 @@ def test_admin_page_in_a_browser(hub, browser: Browser, admin_api, quotas_restor
     (ARTIFACTS / "admin-page-failed.png").unlink(missing_ok=True)
     assert quotas_restored[("desk-a", "local")] == {"nominal": 2, "borrowing_limit": None, "lending_limit": None}
     assert quotas_restored[("desk-b", "local")]["nominal"] == 2
+    desk_b = {**quotas_restored[("desk-b", "local")], "cpu": DESK_B_CPU, "memory": DESK_B_MEMORY}
+    admin_api.put("admin/cluster-queues/desk-b/quotas/local", json=desk_b).raise_for_status()
 
     context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="light")
     page = context.new_page()
@@ -104,10 +112,31 @@ def test_admin_page_in_a_browser(hub, browser: Browser, admin_api, quotas_restor
         context.close()
 
 
-def _row(page: Page, queue: str, flavor: str):
+def _row(page: Page, queue: str, flavor: str, resource: str = "gpu"):
     return page.get_by_role("table", name="Quotas and usage").locator(
-        f'tr[data-queue="{queue}"][data-flavor="{flavor}"]'
+        f'tr[data-queue="{queue}"][data-flavor="{flavor}"][data-resource="{resource}"]'
     )
+
+
+def _flavor_cells(f: dict) -> list[str]:
+    """A row of the Flavors table, as the page should write it from the API's view."""
+    configured = bool(f["capacity_gpus"] or f["capacity_cpus"])
+    totals = [f"{f['nominal_total']} GPUs"]
+    if f["cpu_nominal_total"] is not None:
+        totals.append(f"{f['cpu_nominal_total']} CPUs")
+    if f["memory_mb_nominal_total"] is not None:
+        totals.append(memory_words(f["memory_mb_nominal_total"]))
+    counted = [
+        "" if not configured else "not counted" if n is None else show(n)
+        for n, show in ((f["capacity_cpus"], str), (f["capacity_memory_mb"], memory_words))
+    ]
+    return [
+        f["flavor"] + (" CPU pool" if f["cpu_only"] else ""),
+        f["backend"],
+        str(f["capacity_gpus"]) if configured else "backend not configured",
+        *counted,
+        " · ".join(totals),
+    ]
 
 
 def _check_page(page: Page, admin_api) -> None:
@@ -128,11 +157,10 @@ def _check_page(page: Page, admin_api) -> None:
     flavors = page.get_by_role("table", name="Flavors").locator("tbody tr")
     expect(flavors).to_have_count(len(view["flavors"]))
     for row, f in zip(flavors.all(), view["flavors"], strict=True):
-        expect(row.locator("td")).to_have_text(
-            [f["flavor"], f["backend"], str(f["capacity_gpus"] or "backend not configured"), str(f["nominal_total"])]
-        )
+        expect(row.locator("td")).to_have_text(_flavor_cells(f))
     local = next(f for f in view["flavors"] if f["flavor"] == "local")
     assert (local["capacity_gpus"], local["nominal_total"]) == (4, 4)
+    assert (local["cpu_nominal_total"], local["memory_mb_nominal_total"]) == (8, 16384)
 
     # quotas: inputs with the numbers in force, and a usage bar described for screen readers
     for usage in view["usage"]:
@@ -147,8 +175,29 @@ def _check_page(page: Page, admin_api) -> None:
                 "aria-label", f"{f['used']} used of {f['nominal']} nominal, {f['borrowed']} borrowed"
             )
             expect(row.locator(".used")).to_have_text(f"{f['used']} / {f['nominal']}")
+            _check_cpu_and_memory(page, usage["cluster_queue"], f)
     expect(page.get_by_role("table", name="Audit log")).to_be_visible()
     expect(page.get_by_role("alert")).to_be_hidden()
+
+
+def _check_cpu_and_memory(page: Page, queue: str, f: dict) -> None:
+    """A CPU and a memory row where the quota sets them (desk-b on local), none elsewhere."""
+    name = f"{queue} {f['flavor']}"
+    cpu, memory = _row(page, queue, f["flavor"], "cpu"), _row(page, queue, f["flavor"], "memory")
+    if (queue, f["flavor"]) != ("desk-b", "local"):
+        expect(cpu).to_have_count(0)
+        expect(memory).to_have_count(0)
+        return
+    assert (f["cpu_nominal"], f["memory_mb_nominal"]) == (8, 16384)
+    expect(cpu.get_by_label(f"cpu nominal {name}", exact=True)).to_have_value("8")
+    expect(cpu.get_by_label(f"cpu borrowing limit {name}", exact=True)).to_have_value("4")
+    expect(cpu.locator(".used")).to_have_text(f"{f['cpus_used']} / 8")
+    expect(cpu.get_by_role("img")).to_have_attribute(
+        "aria-label", f"{f['cpus_used']} used of 8 nominal, {max(0, f['cpus_used'] - 8)} borrowed"
+    )
+    expect(memory.get_by_label(f"memory nominal {name}", exact=True)).to_have_value("16G")
+    expect(memory.get_by_label(f"memory lending limit {name}", exact=True)).to_have_value("8G")
+    expect(memory.locator(".used")).to_have_text(f"{memory_words(f['memory_mb_used'])} / 16 GiB")
 
 
 def _audit(admin_api) -> list[dict]:
@@ -193,6 +242,12 @@ def _accepted_edits(page: Page, admin_api) -> None:
     expect(notice).to_have_text("saved: desk-b local quota")
     expect(alert).to_be_hidden()
     expect(_row(page, "desk-b", "local").get_by_label("nominal desk-b local", exact=True)).to_have_value("1")
+    # the page sent the whole quota: desk-b's cores and memory are still there
+    desk_b = admin_api.get("admin/tenancy").raise_for_status().json()["tenancy"]["cluster_queues"]["desk-b"]
+    assert desk_b["quotas"]["local"] == {"nominal": 1, "borrowing_limit": None, "lending_limit": None} | {
+        "cpu": DESK_B_CPU,
+        "memory": DESK_B_MEMORY,
+    }
 
     row = _row(page, "desk-a", "local")
     expect(row.get_by_label("nominal desk-a local", exact=True)).to_have_value("2")  # the refused edits are gone
@@ -217,7 +272,7 @@ def _accepted_edits(page: Page, admin_api) -> None:
     expect(row.get_by_label("lending limit desk-a local", exact=True)).to_have_value("")
     expect(row.get_by_role("img")).to_have_attribute("aria-label", re.compile(r"^\d+ used of 3 nominal, \d+ borrowed$"))
     local = page.get_by_role("table", name="Flavors").locator("tbody tr").filter(has_text=re.compile("^local"))
-    expect(local.locator("td").last).to_have_text("4")
+    expect(local.locator("td").last).to_have_text("4 GPUs · 8 CPUs · 16 GiB")
 
     first = page.get_by_role("table", name="Audit log").locator("tbody tr").first.locator("td")
     expect(first.nth(1)).to_have_text("admin")

@@ -180,7 +180,7 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         why = panel.get_by_role("region", name="Job waiter", exact=True).get_by_role("note")
         expect(why).to_contain_text("Why it waits")
         expect(why).to_contain_text("It is next in its queue.")
-        expect(why).to_contain_text("It needs 4 GPUs local")
+        expect(why).to_contain_text("It needs 4 GPUs on local")
         expect(why).to_contain_text("Estimated start:")
         assert control_plane.get(f"jobs/{waiter_id}").json()["pending"]["message"] in why.text_content()
         panel.screenshot(path=ARTIFACTS / "panel-pending.png")

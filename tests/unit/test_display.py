@@ -2,7 +2,9 @@
 
 from datetime import UTC, datetime, timedelta
 
-from cellscale.display import describe, status_line
+import pytest
+
+from cellscale.display import describe, memory_words, status_line
 from cellscale.spec import AheadView, AttemptState, AttemptView, CheckpointView, JobSpec, JobView, PendingView, Phase
 
 
@@ -101,3 +103,41 @@ def test_attempts_show_fault_class_step_and_checkpoints():
     assert "attempt 1 on slurm, step 41: failed [infrastructure]: node failure: node3 (down)" in text
     assert "avoiding nodes: node3" in text
     assert "checkpoint step 40 (3.0 MB, attempt 1, 5 min ago): s3://ckpt/step-40" in text
+
+
+@pytest.mark.parametrize(
+    ("resources", "words"),
+    [
+        ({"gpus_per_node": 2}, "2 GPUs · 2 CPUs"),
+        ({"gpus_per_node": 2, "cpus_per_task": 4, "memory_mb_per_node": "4G"}, "2 GPUs · 8 CPUs · 4 GiB"),
+        (
+            {"nodes": 2, "gpus_per_node": 4, "cpus_per_task": 2, "memory_mb_per_node": "64G"},
+            "8 GPUs · 16 CPUs · 128 GiB",
+        ),
+        ({"cpus_per_task": 8}, "8 CPUs"),
+        ({"cpus_per_task": 1, "memory_mb_per_node": 1536}, "1 CPU · 1.5 GiB"),
+    ],
+)
+def test_the_status_line_shows_cpus_and_memory_beside_gpus(resources, words):
+    line = status_line(job(spec=JobSpec(source="pass", resources=resources)))
+    assert f"· {words} on slurm" in line
+
+
+@pytest.mark.parametrize(("mb", "words"), [(512, "512 MiB"), (1024, "1 GiB"), (1536, "1.5 GiB"), (2 * 2**20, "2 TiB")])
+def test_memory_reads_in_binary_units(mb, words):
+    assert memory_words(mb) == words
+
+
+@pytest.mark.parametrize(
+    ("resource", "needs", "available", "words"),
+    [
+        ("gpu", 1, 0, "needs 1 GPU, 0 free to it"),
+        ("cpu", 16, 4, "needs 16 CPUs, 4 free to it"),
+        ("memory", 64 * 1024, 16 * 1024, "needs 64 GiB of memory, 16 GiB free to it"),
+    ],
+)
+def test_a_waiting_job_says_what_it_needs_of_the_resource_it_waits_for(resource, needs, available, words):
+    pending = PendingView(
+        code="QuotaExhausted", message="at quota", position=1, needs=needs, available=available, resource=resource
+    )
+    assert f"position 1 in its queue; {words}" in describe(job(pending=pending, reason=pending.message))

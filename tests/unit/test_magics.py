@@ -11,7 +11,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cellscale.bundle import InputError, pack_inputs
 from cellscale.magics import ClusterMagics, JobFailed
-from cellscale.spec import JobView, LogChunk, Phase, RenderView
+from cellscale.spec import JobPage, JobSpec, JobView, LogChunk, Phase, RenderView
 
 NOW = datetime.now(UTC)
 
@@ -174,3 +174,35 @@ def test_interrupting_the_cell_detaches_and_says_how_to_reattach(shell, capsys):
     out = capsys.readouterr().out
     assert "keeps running. Re-attach with: %cluster attach cs-000000000001" in out
     assert "result" not in client.calls
+
+
+class ListingClient(RecordingClient):
+    """A client whose one job is a CPU job of 8 cores and 4 GiB, for `%cluster list` and `status`."""
+
+    def __init__(self):
+        super().__init__(phase=Phase.RUNNING)
+        self.spec = JobSpec(source="pass", resources={"cpus_per_task": 8, "memory_mb_per_node": "4G"})
+
+    def list(self, scope="mine"):
+        return JobPage(items=[self._view()])
+
+    def checkpoints(self, job_id):
+        return []
+
+    def events(self, job_id):
+        return []
+
+
+def test_list_and_status_show_cpus_and_memory(shell, capsys):
+    shell.register_magics(ClusterMagics(shell, client=ListingClient()))
+    assert shell.run_cell("%cluster list").success
+    assert "attempt - · 8 CPUs · 4 GiB on local" in capsys.readouterr().out
+    assert shell.run_cell("%cluster status cs-000000000001").success
+    assert capsys.readouterr().out.startswith("cs-000000000001 · RUNNING · 00:00 · attempt - · 8 CPUs · 4 GiB on local")
+
+
+def test_the_attached_status_line_shows_gpus_cpus_and_memory(shell, capsys):
+    assert run(shell, RecordingClient(), "--gpus 2 --cpus 4 --mem 16G").success
+    assert "[cellscale] cs-000000000001 · SUCCEEDED · 00:00 · attempt - · 2 GPUs · 8 CPUs · 16 GiB on local" in (
+        capsys.readouterr().out
+    )

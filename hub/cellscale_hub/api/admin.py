@@ -40,13 +40,13 @@ Ctx = Annotated[Context, Depends(context)]
 class FlavorCapacity(BaseModel):
     flavor: str
     backend: str
+    cpu_only: bool = Field(False, description="A CPU node pool (the tenancy's flavors.NAME.cpu_only).")
     capacity_gpus: int = Field(description="Physical GPUs of its backend now (0: the backend is not configured).")
     nominal_total: int = Field(description="Sum of the nominal quotas on this flavor.")
-    cpu_only: bool = Field(False, description="A CPU node pool.")
-    capacity_cpus: int | None = Field(None, description="Cores of its backend now (None: the backend does not say).")
-    cpu_nominal_total: int = Field(0, description="Sum of the nominal CPU quotas on this flavor.")
-    capacity_memory_mb: int | None = Field(None, description="Memory of its backend now, MiB (None: not said).")
-    memory_nominal_total_mb: int = Field(0, description="Sum of the nominal memory quotas on this flavor, MiB.")
+    capacity_cpus: int | None = Field(None, description="CPU cores of its backend now (None: it does not count them).")
+    capacity_memory_mb: int | None = Field(None, description="Memory of its backend now, MiB (None: not counted).")
+    cpu_nominal_total: int | None = Field(None, description="Sum of the CPU quotas on this flavor (None: none).")
+    memory_mb_nominal_total: int | None = Field(None, description="Sum of the memory quotas, MiB (None: none).")
 
 
 class TenancyView(BaseModel):
@@ -61,7 +61,8 @@ class TenancyView(BaseModel):
 
 
 class QuotaUpdate(Quota):
-    """New quota of one cluster queue on one flavor."""
+    """The whole new quota of one cluster queue on one flavor: GPUs, and `cpu` and `memory`
+    where they are quota'd (a part left out is no longer quota'd)."""
 
 
 class WeightUpdate(BaseModel):
@@ -235,24 +236,27 @@ def _capacities(ctx: Context, t: Tenancy) -> list[FlavorCapacity]:
         FlavorCapacity(
             flavor=f,
             backend=spec.backend,
-            capacity_gpus=capacity[f].gpu,
-            nominal_total=_nominal_total(t, f, Resource.gpu),
             cpu_only=spec.cpu_only,
-            capacity_cpus=_known(capacity[f].cpu),
+            capacity_gpus=capacity[f].gpu,
+            nominal_total=_nominal_total(t, f, Resource.gpu) or 0,
+            capacity_cpus=_counted(capacity[f].cpu),
+            capacity_memory_mb=_counted(capacity[f].memory),
             cpu_nominal_total=_nominal_total(t, f, Resource.cpu),
-            capacity_memory_mb=_known(capacity[f].memory),
-            memory_nominal_total_mb=_nominal_total(t, f, Resource.memory),
+            memory_mb_nominal_total=_nominal_total(t, f, Resource.memory),
         )
         for f, spec in t.flavors.items()
     ]
 
 
-def _nominal_total(t: Tenancy, flavor: str, resource: Resource) -> int:
-    quotas = (cq.quotas[flavor].of(resource) for cq in t.cluster_queues.values() if flavor in cq.quotas)
-    return sum(q.nominal for q in quotas if q is not None)
+def _nominal_total(t: Tenancy, flavor: str, resource: Resource) -> int | None:
+    """The sum of the queues' nominal quotas of `resource` on `flavor`; None where no queue has one."""
+    quotas = [cq.quotas[flavor].of(resource) for cq in t.cluster_queues.values() if flavor in cq.quotas]
+    nominals = [q.nominal for q in quotas if q is not None]
+    return sum(nominals) if nominals else None
 
 
-def _known(amount: int) -> int | None:
+def _counted(amount: int) -> int | None:
+    """A capacity as the page shows it: None for one the backend does not report."""
     return None if amount >= UNLIMITED else amount
 
 
@@ -261,9 +265,9 @@ def _check_capacity(ctx: Context, t: Tenancy) -> None:
         for promised, has, unit in (
             (flavor.nominal_total, flavor.capacity_gpus, "GPUs"),
             (flavor.cpu_nominal_total, flavor.capacity_cpus, "CPUs"),
-            (flavor.memory_nominal_total_mb, flavor.capacity_memory_mb, "MiB of memory"),
+            (flavor.memory_mb_nominal_total, flavor.capacity_memory_mb, "MiB of memory"),
         ):
-            if has and promised > has:
+            if has and promised and promised > has:
                 raise ValueError(
                     f"nominal quotas on flavor {flavor.flavor} would sum to {promised} {unit}, "
                     f"more than its backend {flavor.backend} has ({has}); lower another queue's nominal quota first"

@@ -8,16 +8,25 @@ import {
   formatBytes,
   formatElapsed,
   formatGpuHours,
+  formatMemory,
   formatUntil,
   isJobId,
   isTerminal,
   pendingWords,
-  phaseLabel
+  phaseLabel,
+  quotaLines,
+  quotasCpuOrMemory,
+  resourceWords,
+  waitingWords
 } from '../format';
 import type { components } from '../generated/api';
 
 type PendingView = components['schemas']['PendingView'];
 type EventView = components['schemas']['EventView'];
+type JobView = components['schemas']['JobView'];
+type Resources = components['schemas']['Resources'];
+type QueueUsage = components['schemas']['QueueUsage'];
+type FlavorUsage = components['schemas']['FlavorUsage'];
 
 describe('formatElapsed', () => {
   it.each([
@@ -101,14 +110,15 @@ describe('pendingWords', () => {
     needs: 2,
     available: 1,
     ahead: [{ job_id: 'cs-0123456789ab', cluster_queue: 'desk-a', gpus: 2, why: 'next in queue' }],
-    estimated_start: '2025-01-01T10:05:00Z'
+    estimated_start: '2025-01-01T10:05:00Z',
+    resource: 'gpu'
   };
 
   it('says why, where in the queue, what it needs and when it may start', () => {
     expect(pendingWords(pending, now)).toEqual([
       'desk-a uses 2 of its 2 local GPUs and the cohort has none to lend.',
       'It is number 2 in its queue.',
-      'It needs 2 GPUs local; 1 is free for it now.',
+      'It needs 2 GPUs on local; 1 is free for it now.',
       'Estimated start: in 5m 00s (if every job ahead runs to its time limit).'
     ]);
     expect(aheadWords(pending.ahead![0])).toBe('cs-0123456789ab (desk-a): 2 GPUs, next in queue');
@@ -118,6 +128,108 @@ describe('pendingWords', () => {
     const words = pendingWords({ ...pending, position: 1, estimated_start: null, needs: 0 }, now);
     expect(words).toEqual([pending.message, 'It is next in its queue.', 'Estimated start: unknown.']);
     expect(formatUntil('2025-01-01T09:00:00Z', now)).toBe('any moment now');
+  });
+
+  it.each([
+    ['cpu' as const, 16, 4, 'It needs 16 CPUs on local; 4 are free for it now.'],
+    ['cpu' as const, 1, 1, 'It needs 1 CPU on local; 1 is free for it now.'],
+    ['memory' as const, 64 * 1024, 1536, 'It needs 64 GiB of memory on local; 1.5 GiB is free for it now.']
+  ])('says what it needs of the resource it waits for (%p)', (resource, needs, available, text) => {
+    expect(pendingWords({ ...pending, resource, needs, available }, now)[2]).toBe(text);
+  });
+});
+
+describe('resources', () => {
+  const job = (resources: Partial<Resources>): JobView =>
+    ({ spec: { source: 'pass', resources } }) as unknown as JobView;
+
+  it.each([
+    [{ gpus_per_node: 2, tasks_per_node: 2 }, '2 GPUs · 2 CPUs'],
+    [{ gpus_per_node: 2, tasks_per_node: 2, cpus_per_task: 4, memory_mb_per_node: 4096 }, '2 GPUs · 8 CPUs · 4 GiB'],
+    [{ nodes: 2, gpus_per_node: 4, tasks_per_node: 4, cpus_per_task: 2, memory_mb_per_node: 65536 }, '8 GPUs · 16 CPUs · 128 GiB'],
+    [{ gpus_per_node: 0, cpus_per_task: 8, memory_mb_per_node: 4096 }, '8 CPUs · 4 GiB'],
+    [{ cpus_per_task: 1, memory_mb_per_node: null }, '1 CPU']
+  ])('%p reads %p', (resources, text) => {
+    expect(resourceWords(job(resources))).toBe(text);
+  });
+
+  it.each([
+    [512, '512 MiB'],
+    [1024, '1 GiB'],
+    [1536, '1.5 GiB'],
+    [2 * 2 ** 20, '2 TiB']
+  ])('%p MiB reads %p', (mb, text) => {
+    expect(formatMemory(mb)).toBe(text);
+  });
+});
+
+describe('quota lines', () => {
+  const gpuOnly: FlavorUsage = {
+    flavor: 'local',
+    backend: 'local',
+    nominal: 2,
+    borrowing_limit: null,
+    lending_limit: null,
+    used: 3,
+    borrowed: 1,
+    cpus_used: 3,
+    cpu_nominal: null,
+    memory_mb_used: 0,
+    memory_mb_nominal: null
+  };
+  const queue = (flavors: FlavorUsage[], waiting: Partial<QueueUsage> = {}): QueueUsage => ({
+    cluster_queue: 'desk-a',
+    cohort: null,
+    weight: 1,
+    flavors,
+    pending_jobs: 0,
+    pending_gpus: 0,
+    pending_cpus: 0,
+    recent_gpus: 0,
+    gpu_hours: 0,
+    ...waiting
+  });
+
+  it('shows GPUs only where no queue has a CPU or memory quota', () => {
+    expect(quotasCpuOrMemory([queue([gpuOnly])])).toBe(false);
+    expect(quotaLines(gpuOnly)).toEqual([
+      {
+        resource: 'gpu',
+        label: 'GPUs',
+        used: 3,
+        nominal: 2,
+        borrowed: 1,
+        usedText: '3 / 2',
+        borrowedText: '1',
+        description: '3 used of 2 nominal, 1 borrowed'
+      }
+    ]);
+  });
+
+  it('shows CPUs and memory against their quotas beside GPUs', () => {
+    const quotad = { ...gpuOnly, cpus_used: 20, cpu_nominal: 16, memory_mb_used: 12 * 1024, memory_mb_nominal: 64 * 1024 };
+    expect(quotasCpuOrMemory([queue([gpuOnly]), queue([quotad])])).toBe(true);
+    const lines = quotaLines(quotad);
+    expect(lines.map(l => [l.label, l.usedText, l.borrowedText])).toEqual([
+      ['GPUs', '3 / 2', '1'],
+      ['CPUs', '20 / 16', '4'],
+      ['memory', '12 GiB / 64 GiB', '0 MiB']
+    ]);
+    expect(lines[2].description).toBe('12 GiB used of 64 GiB nominal, 0 MiB borrowed');
+  });
+
+  it('shows a CPU pool without its GPU line', () => {
+    const pool = { ...gpuOnly, nominal: 0, used: 0, borrowed: 0, cpus_used: 8, cpu_nominal: 64 };
+    expect(quotaLines(pool).map(l => l.resource)).toEqual(['cpu']);
+  });
+
+  it.each([
+    [{}, false, 'nothing waiting'],
+    [{ pending_jobs: 2, pending_gpus: 4, pending_cpus: 4 }, false, '2 jobs waiting for 4 GPUs'],
+    [{ pending_jobs: 2, pending_gpus: 4, pending_cpus: 16 }, true, '2 jobs waiting for 4 GPUs · 16 CPUs'],
+    [{ pending_jobs: 1, pending_gpus: 0, pending_cpus: 8 }, false, '1 job waiting for 8 CPUs']
+  ])('what waits: %p (CPU quotas: %p) reads %p', (waiting, cpus, text) => {
+    expect(waitingWords(queue([gpuOnly], waiting), cpus)).toBe(text);
   });
 });
 

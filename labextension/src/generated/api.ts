@@ -615,6 +615,12 @@ export interface components {
             /** Backend */
             backend: string;
             /**
+             * Cpu Only
+             * @description A CPU node pool (the tenancy's flavors.NAME.cpu_only).
+             * @default false
+             */
+            cpu_only: boolean;
+            /**
              * Capacity Gpus
              * @description Physical GPUs of its backend now (0: the backend is not configured).
              */
@@ -625,33 +631,25 @@ export interface components {
              */
             nominal_total: number;
             /**
-             * Cpu Only
-             * @description A CPU node pool.
-             * @default false
-             */
-            cpu_only: boolean;
-            /**
              * Capacity Cpus
-             * @description Cores of its backend now (None: the backend does not say).
+             * @description CPU cores of its backend now (None: it does not count them).
              */
             capacity_cpus?: number | null;
             /**
-             * Cpu Nominal Total
-             * @description Sum of the nominal CPU quotas on this flavor.
-             * @default 0
-             */
-            cpu_nominal_total: number;
-            /**
              * Capacity Memory Mb
-             * @description Memory of its backend now, MiB (None: not said).
+             * @description Memory of its backend now, MiB (None: not counted).
              */
             capacity_memory_mb?: number | null;
             /**
-             * Memory Nominal Total Mb
-             * @description Sum of the nominal memory quotas on this flavor, MiB.
-             * @default 0
+             * Cpu Nominal Total
+             * @description Sum of the CPU quotas on this flavor (None: none).
              */
-            memory_nominal_total_mb: number;
+            cpu_nominal_total?: number | null;
+            /**
+             * Memory Mb Nominal Total
+             * @description Sum of the memory quotas, MiB (None: none).
+             */
+            memory_mb_nominal_total?: number | null;
         };
         /** FlavorUsage */
         FlavorUsage: {
@@ -1004,7 +1002,8 @@ export interface components {
         };
         /**
          * QuotaUpdate
-         * @description New quota of one cluster queue on one flavor.
+         * @description The whole new quota of one cluster queue on one flavor: GPUs, and `cpu` and `memory`
+         *     where they are quota'd (a part left out is no longer quota'd).
          */
         QuotaUpdate: {
             /**

@@ -24,9 +24,8 @@ import {
   formatAge,
   formatBytes,
   isTerminal,
-  jobGpus,
   pendingWords,
-  plural
+  resourceWords
 } from '../format';
 import { errorWords, PanelView } from '../panel-view';
 import { Poller } from '../poller';
@@ -170,7 +169,7 @@ export class JobDetailView extends PanelView {
       h('code', { className: 'jp-cellscale-jobid', text: job.id }),
       h('span', {
         className: 'jp-cellscale-jobmeta',
-        text: `${job.owner} · ${job.queue} · ${plural(jobGpus(job), 'GPU')} · ${job.spec.launcher ?? 'torchrun'}`
+        text: `${job.owner} · ${job.queue} · ${resourceWords(job)} · ${job.spec.launcher ?? 'torchrun'}`
       }),
       // a waiting job's reason is the first line of "Why it waits" below
       h('p', { className: 'jp-cellscale-reason', text: job.pending ? '' : (job.reason ?? '') })

@@ -1,10 +1,10 @@
 /**
  * My jobs or my desk's jobs, live: a scope toggle, a phase filter, a name search, and one
- * row per job (phase badge, name, elapsed time, GPUs; the owner in the desk scope).
+ * row per job (phase badge, name, elapsed time, GPUs, CPUs and memory; the owner in the desk scope).
  * Live through the relay's job-list websocket; polled with backoff while it is down.
  */
 import { JobPage, JobQuery, JobView, listJobs, Phase, socketUrl } from '../api';
-import { elapsedBetween, isTerminal, jobGpus, phaseLabel, plural } from '../format';
+import { elapsedBetween, isTerminal, phaseLabel, resourceWords } from '../format';
 import { FeedState, LiveFeed } from '../live';
 import { PanelView } from '../panel-view';
 import { button, h, phaseBadge } from './dom';
@@ -171,7 +171,7 @@ export class JobsView extends PanelView {
   }
 
   private row(job: JobView): HTMLLIElement {
-    // no aria-label: the row's text (phase, name, elapsed, id, GPUs, owner) is its accessible name
+    // no aria-label: the row's text (phase, name, elapsed, id, resources, owner) is its accessible name
     const elapsed = h('span', { className: 'jp-cellscale-elapsed', text: this.elapsed(job) });
     const row = h(
       'button',
@@ -185,7 +185,7 @@ export class JobsView extends PanelView {
       elapsed,
       h('span', {
         className: 'jp-cellscale-jobmeta',
-        text: [job.id, plural(jobGpus(job), 'GPU'), this.scope === 'tenant' ? job.owner : '']
+        text: [job.id, resourceWords(job), this.scope === 'tenant' ? job.owner : '']
           .filter(Boolean)
           .join(' · ')
       })

@@ -1,9 +1,12 @@
-/** The desk's quota: per cluster queue and flavor, GPUs used of nominal and borrowed; GPU-hours so far. */
+/** The desk's quota: per cluster queue and flavor, GPUs used of nominal and borrowed (and CPUs
+ * and memory where a queue has a quota on them); GPU-hours so far. */
 import { QueueUsage, quota } from '../api';
-import { formatGpuHours, plural } from '../format';
+import { IQuotaLine, formatGpuHours, quotaLines, quotasCpuOrMemory, waitingWords } from '../format';
 import { PanelView } from '../panel-view';
 import { Poller } from '../poller';
 import { h } from './dom';
+
+type FlavorUsage = QueueUsage['flavors'][number];
 
 export class QuotaView extends PanelView {
   constructor(private readonly fetch: () => Promise<QueueUsage[]> = quota) {
@@ -31,55 +34,19 @@ export class QuotaView extends PanelView {
       );
       return;
     }
-    this.body.replaceChildren(...queues.map(q => this.queue(q)));
+    const resources = quotasCpuOrMemory(queues);
+    this.body.replaceChildren(...queues.map(q => this.queue(q, resources)));
   }
 
-  private queue(q: QueueUsage): HTMLElement {
-    const rows = q.flavors.map(f => {
-      const over = f.used > f.nominal;
-      const max = Math.max(f.nominal, f.used, 1);
-      const label = `${f.used} used of ${f.nominal} nominal, ${f.borrowed} borrowed`;
-      const bar = h(
-        'div',
-        { className: 'jp-cellscale-meter', attrs: { role: 'img', 'aria-label': label }, dataset: { over: String(over) } },
-        h('div', {
-          className: 'jp-cellscale-meter-used',
-          attrs: { style: `width: ${(100 * Math.min(f.used, f.nominal)) / max}%` }
-        }),
-        h('div', {
-          className: 'jp-cellscale-meter-borrowed',
-          attrs: { style: `width: ${(100 * f.borrowed) / max}%` }
-        })
-      );
-      return h(
-        'tr',
-        { dataset: { queue: q.cluster_queue, flavor: f.flavor } },
-        h('th', { attrs: { scope: 'row' }, text: f.flavor }),
-        h('td', { className: 'jp-cellscale-used', text: `${f.used} / ${f.nominal}` }),
-        h('td', { className: 'jp-cellscale-borrowed', text: String(f.borrowed) }),
-        h('td', {}, bar)
-      );
-    });
+  /** One queue's table; with a resource column where CPUs or memory are quota'd (`resources`). */
+  private queue(q: QueueUsage, resources: boolean): HTMLElement {
+    const columns = ['flavor', ...(resources ? ['resource'] : []), 'used / nominal', 'borrowed', ''];
     const table = h(
       'table',
       { className: 'jp-cellscale-table', attrs: { 'aria-label': `Quota of ${q.cluster_queue}` } },
-      h(
-        'thead',
-        {},
-        h(
-          'tr',
-          {},
-          h('th', { attrs: { scope: 'col' }, text: 'flavor' }),
-          h('th', { attrs: { scope: 'col' }, text: 'used / nominal' }),
-          h('th', { attrs: { scope: 'col' }, text: 'borrowed' }),
-          h('th', { attrs: { scope: 'col' }, text: '' })
-        )
-      ),
-      h('tbody', {}, ...rows)
+      h('thead', {}, h('tr', {}, ...columns.map(text => h('th', { attrs: { scope: 'col' }, text })))),
+      ...q.flavors.map(f => this.flavor(q.cluster_queue, f, resources))
     );
-    const waiting = q.pending_jobs
-      ? `${plural(q.pending_jobs, 'job')} waiting for ${plural(q.pending_gpus, 'GPU')}`
-      : 'nothing waiting';
     return h(
       'div',
       { className: 'jp-cellscale-queue', dataset: { queue: q.cluster_queue } },
@@ -91,8 +58,46 @@ export class QuotaView extends PanelView {
       h('p', {
         className: 'jp-cellscale-gpu-hours',
         dataset: { field: 'gpu-hours' },
-        text: `${formatGpuHours(q.gpu_hours)} GPU-hours so far · ${waiting}`
+        text: `${formatGpuHours(q.gpu_hours)} GPU-hours so far · ${waitingWords(q, resources)}`
       })
     );
   }
+
+  /** A flavor's rows, a group of them: one per resource it shows, the flavor named once. */
+  private flavor(queue: string, f: FlavorUsage, resources: boolean): HTMLTableSectionElement {
+    const lines = quotaLines(f);
+    const rows = lines.map((line, i) =>
+      h(
+        'tr',
+        { dataset: { queue, flavor: f.flavor, resource: line.resource } },
+        i === 0 && h('th', { attrs: { scope: 'rowgroup', rowspan: String(lines.length) }, text: f.flavor }),
+        resources && h('td', { className: 'jp-cellscale-resource', text: line.label }),
+        h('td', { className: 'jp-cellscale-used', text: line.usedText }),
+        h('td', { className: 'jp-cellscale-borrowed', text: line.borrowedText }),
+        h('td', {}, meter(line))
+      )
+    );
+    return h('tbody', {}, ...rows);
+  }
+}
+
+/** Used within nominal, and borrowed beyond it, on a scale of whichever is larger. */
+function meter(line: IQuotaLine): HTMLElement {
+  const max = Math.max(line.nominal, line.used, 1);
+  return h(
+    'div',
+    {
+      className: 'jp-cellscale-meter',
+      attrs: { role: 'img', 'aria-label': line.description },
+      dataset: { over: String(line.used > line.nominal) }
+    },
+    h('div', {
+      className: 'jp-cellscale-meter-used',
+      attrs: { style: `width: ${(100 * Math.min(line.used, line.nominal)) / max}%` }
+    }),
+    h('div', {
+      className: 'jp-cellscale-meter-borrowed',
+      attrs: { style: `width: ${(100 * line.borrowed) / max}%` }
+    })
+  );
 }

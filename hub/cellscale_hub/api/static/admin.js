@@ -45,14 +45,37 @@ function numberInput(label, value, allowEmpty) {
     value: value === null || value === undefined ? "" : String(value), placeholder: allowEmpty ? "none" : "" });
 }
 
-function bar(used, nominal, borrowed, scale) {
+// Memory in MiB as people read it: 512 MiB, 4 GiB, 1.5 GiB, 2 TiB (as the panel and the notebook show it).
+function memory(mb) {
+  const units = ["MiB", "GiB", "TiB"];
+  let i = 0;
+  for (; mb >= 1024 && i < units.length - 1; i++) mb /= 1024;
+  return `${Math.round(mb * 10) / 10} ${units[i]}`;
+}
+
+// A memory quota's input: a size with a unit, as the tenancy YAML writes it ("64G"; a bare number is MiB).
+function memoryInput(label, mb, allowEmpty) {
+  const value = mb === null || mb === undefined ? "" : mb && !(mb % 1024) ? `${mb / 1024}G` : String(mb);
+  return el("input", { type: "text", "aria-label": label, value,
+    placeholder: allowEmpty ? "none" : "e.g. 64G" });
+}
+
+// The resources a quota divides: GPUs in the quota's own fields, cores and memory in its `cpu`
+// and `memory` parts (shown where set). `show` writes an amount; `input` edits one.
+const RESOURCES = {
+  gpu: { label: "GPUs", show: String, input: numberInput },
+  cpu: { label: "CPUs", show: String, input: numberInput },
+  memory: { label: "memory", show: memory, input: memoryInput },
+};
+
+function bar(used, nominal, borrowed, scale, show = String) {
   const width = 160, height = 14, px = (n) => (scale ? (n / scale) * width : 0);
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.setAttribute("class", "bar");
   svg.setAttribute("width", width);
   svg.setAttribute("height", height);
   svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", `${used} used of ${nominal} nominal, ${borrowed} borrowed`);
+  svg.setAttribute("aria-label", `${show(used)} used of ${show(nominal)} nominal, ${show(borrowed)} borrowed`);
   const rect = (x, w, fill) => {
     const r = document.createElementNS("http://www.w3.org/2000/svg", "rect");
     Object.entries({ x, y: 0, width: Math.max(0, w), height, fill }).forEach(([k, v]) => r.setAttribute(k, v));
@@ -107,38 +130,115 @@ function renderTree(doc) {
   document.getElementById("tree").replaceChildren(list(""));
 }
 
+// A flavor's capacity and a queue's use of one resource there, as the bars and cells show them.
+function capacityOf(f, resource) {
+  return { gpu: f.capacity_gpus || f.nominal_total, cpu: f.capacity_cpus || f.cpu_nominal_total,
+    memory: f.capacity_memory_mb || f.memory_mb_nominal_total }[resource] || 0;
+}
+
+function useOf(f, resource) {
+  const [used, nominal] = { gpu: [f.used, f.nominal], cpu: [f.cpus_used, f.cpu_nominal],
+    memory: [f.memory_mb_used, f.memory_mb_nominal] }[resource];
+  return { used, nominal, borrowed: resource === "gpu" ? f.borrowed : Math.max(0, used - nominal) };
+}
+
+// The resources of a queue's quota on a flavor: cores and memory where quota'd, and GPUs (but
+// not on a CPU pool whose quota sets cores or memory: its GPU numbers are kept as they are).
+function resourcesOf(quota, cpuPool) {
+  const others = ["cpu", "memory"].filter((r) => quota[r]);
+  return cpuPool && others.length ? others : ["gpu", ...others];
+}
+
 function renderQuotas(view) {
-  const rows = [];
-  // each flavor is its own pool of GPUs: its bars share a scale (its capacity), not the largest pool's
+  // each flavor is its own pool of each resource: its bars share a scale (its capacity), not the largest pool's
   const scale = {};
-  for (const f of view.flavors) scale[f.flavor] = Math.max(1, f.capacity_gpus || f.nominal_total);
+  for (const f of view.flavors)
+    for (const r of Object.keys(RESOURCES)) scale[`${f.flavor}/${r}`] = Math.max(1, capacityOf(f, r));
   for (const usage of view.usage)
-    for (const f of usage.flavors) scale[f.flavor] = Math.max(scale[f.flavor] || 1, f.nominal, f.used);
-  for (const usage of view.usage) {
+    for (const f of usage.flavors)
+      for (const r of Object.keys(RESOURCES)) {
+        const { used, nominal } = useOf(f, r);
+        scale[`${f.flavor}/${r}`] = Math.max(scale[`${f.flavor}/${r}`], nominal || 0, used);
+      }
+  const cpuPools = new Set(view.flavors.filter((f) => f.cpu_only).map((f) => f.flavor));
+  const rows = [];
+  for (const usage of view.usage)
     for (const f of usage.flavors) {
-      const nominal = numberInput(`nominal ${usage.cluster_queue} ${f.flavor}`, f.nominal, false);
-      const borrowing = numberInput(`borrowing limit ${usage.cluster_queue} ${f.flavor}`, f.borrowing_limit, true);
-      const lending = numberInput(`lending limit ${usage.cluster_queue} ${f.flavor}`, f.lending_limit, true);
-      const value = (input) => (input.value === "" ? null : Number(input.value));
-      const button = el("button", { type: "button", text: "save",
-        "aria-label": `save ${usage.cluster_queue} ${f.flavor} quota`,
-        onclick: () => save(`cluster-queues/${encodeURIComponent(usage.cluster_queue)}/quotas/${encodeURIComponent(f.flavor)}`,
-          { nominal: value(nominal), borrowing_limit: value(borrowing), lending_limit: value(lending) },
-          `${usage.cluster_queue} ${f.flavor} quota`) });
-      rows.push(el("tr", { "data-queue": usage.cluster_queue, "data-flavor": f.flavor },
-        el("td", { text: usage.cluster_queue }), el("td", { text: `${f.flavor} (${f.backend})` }),
-        el("td", {}, nominal), el("td", {}, borrowing), el("td", {}, lending), el("td", {}, button),
-        el("td", {}, bar(f.used, f.nominal, f.borrowed, scale[f.flavor]), el("span", { class: "used", text: `${f.used} / ${f.nominal}` })),
-        el("td", { class: "borrowed", text: String(f.borrowed) }),
-        el("td", { class: "pending", text: `${usage.pending_jobs} jobs, ${usage.pending_gpus} GPUs` }),
-        el("td", { text: usage.recent_gpus.toFixed(2) }), el("td", { text: usage.gpu_hours.toFixed(2) })));
+      const quota = view.tenancy.cluster_queues[usage.cluster_queue].quotas[f.flavor];
+      rows.push(...quotaRows(usage, f, quota, cpuPools.has(f.flavor), scale));
     }
-  }
   document.getElementById("quotas").replaceChildren(...rows);
-  document.getElementById("flavors").replaceChildren(...view.flavors.map((f) => el("tr", {},
-    el("td", { text: f.flavor }), el("td", { text: f.backend }),
-    el("td", { text: f.capacity_gpus ? String(f.capacity_gpus) : "backend not configured" }),
-    el("td", { text: String(f.nominal_total) }))));
+  document.getElementById("flavors").replaceChildren(...view.flavors.map(flavorRow));
+}
+
+// One row per resource of a queue's quota on a flavor; the queue, the flavor, the save button
+// and the queue's totals span them. Saving sends the whole quota, every resource's part.
+function quotaRows(usage, f, quota, cpuPool, scale) {
+  const name = `${usage.cluster_queue} ${f.flavor}`;
+  const resources = resourcesOf(quota, cpuPool);
+  const inputs = {};
+  const cells = resources.map((r) => {
+    const { label, show, input } = RESOURCES[r];
+    const part = r === "gpu" ? quota : quota[r];
+    const prefix = r === "gpu" ? "" : `${r} `;
+    inputs[r] = {
+      nominal: input(`${prefix}nominal ${name}`, part.nominal, false),
+      borrowing_limit: input(`${prefix}borrowing limit ${name}`, part.borrowing_limit, true),
+      lending_limit: input(`${prefix}lending limit ${name}`, part.lending_limit, true),
+    };
+    const { used, nominal, borrowed } = useOf(f, r);
+    return {
+      quota: [el("td", { text: label }), ...Object.values(inputs[r]).map((box) => el("td", {}, box))],
+      use: [el("td", {}, bar(used, nominal, borrowed, scale[`${f.flavor}/${r}`], show),
+        el("span", { class: "used", text: `${show(used)} / ${show(nominal)}` })),
+      el("td", { class: "borrowed", text: show(borrowed) })],
+    };
+  });
+  const span = { rowspan: String(cells.length) };
+  const button = el("button", { type: "button", text: "save", "aria-label": `save ${name} quota`,
+    onclick: () => saveQuota(usage.cluster_queue, f.flavor, quotaBody(quota, inputs), `${name} quota`) });
+  return cells.map((c, i) => el("tr", { "data-queue": usage.cluster_queue, "data-flavor": f.flavor,
+    "data-resource": resources[i] }, ...(i ? [...c.quota, ...c.use] : [
+    el("td", { ...span, text: usage.cluster_queue }),
+    el("td", span, `${f.flavor} (${f.backend})`, cpuPool ? el("span", { class: "muted", text: " CPU pool" }) : ""),
+    ...c.quota, el("td", span, button), ...c.use,
+    el("td", { ...span, class: "pending",
+      text: `${usage.pending_jobs} jobs, ${usage.pending_gpus} GPUs, ${usage.pending_cpus} CPUs` }),
+    el("td", { ...span, text: usage.recent_gpus.toFixed(2) }),
+    el("td", { ...span, text: usage.gpu_hours.toFixed(2) })])));
+}
+
+// The PUT body: the whole quota in force with the edited resources' numbers in it (GPUs in its
+// own fields, cores and memory in their parts), so that saving one resource keeps the others.
+function quotaBody(quota, inputs) {
+  const value = (box) => (box.value.trim() === "" ? null : box.type === "number" ? Number(box.value) : box.value.trim());
+  const part = (boxes) => Object.fromEntries(Object.entries(boxes).map(([k, box]) => [k, value(box)]));
+  const body = { ...quota };
+  for (const [r, boxes] of Object.entries(inputs)) {
+    if (r === "gpu") Object.assign(body, part(boxes));
+    else body[r] = part(boxes);
+  }
+  return body;
+}
+
+function saveQuota(queue, flavor, body, what) {
+  return save(`cluster-queues/${encodeURIComponent(queue)}/quotas/${encodeURIComponent(flavor)}`, body, what);
+}
+
+// A flavor: its kind, its backend's capacity in each resource, the nominal quotas on it.
+function flavorRow(f) {
+  const configured = f.capacity_gpus || f.capacity_cpus;
+  const counted = (n, show) => (n == null ? "not counted" : show(n));
+  const totals = [`${f.nominal_total} GPUs`];
+  if (f.cpu_nominal_total != null) totals.push(`${f.cpu_nominal_total} CPUs`);
+  if (f.memory_mb_nominal_total != null) totals.push(memory(f.memory_mb_nominal_total));
+  return el("tr", { "data-flavor": f.flavor },
+    el("td", {}, f.flavor, f.cpu_only ? el("span", { class: "muted", text: " CPU pool" }) : ""),
+    el("td", { text: f.backend }),
+    el("td", { text: configured ? String(f.capacity_gpus) : "backend not configured" }),
+    el("td", { text: configured ? counted(f.capacity_cpus, String) : "" }),
+    el("td", { text: configured ? counted(f.capacity_memory_mb, memory) : "" }),
+    el("td", { text: totals.join(" · ") }));
 }
 
 // A value in the audit log: short ones inline; a long one (a whole tenancy document, as the
