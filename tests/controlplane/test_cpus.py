@@ -105,3 +105,14 @@ def test_an_admin_cannot_promise_more_cores_than_the_backend_has(tmp_path, store
     assert view["tenancy"]["cluster_queues"]["desk-a"]["quotas"]["local"]["cpu"]["nominal"] == 5
     flavor = next(f for f in view["flavors"] if f["flavor"] == "local")
     assert (flavor["capacity_cpus"], flavor["cpu_nominal_total"]) == (8, 8)
+
+
+def test_a_cpu_backtest_cell_runs_on_the_local_backend(plane):
+    """`%%cluster --cpus 8 --mem 4G` with no GPUs: admitted against the machine's cores."""
+    plane.driver.cpus, plane.driver.memory_mb = 8, 8192
+    cell = "import os\nprint('cores', os.environ['OMP_NUM_THREADS'], 'gpus', repr(os.environ['CUDA_VISIBLE_DEVICES']))"
+    job = plane.submit(source=cell, launcher="plain", resources={"cpus_per_task": 8, "memory_mb_per_node": "4G"}).json()
+    assert (job["spec"]["resources"]["cpus_per_task"], job["spec"]["resources"]["memory_mb_per_node"]) == (8, 4096)
+    done = plane.run_until(job["id"], {Phase.SUCCEEDED})
+    log = plane.http.get(f"/api/jobs/{done['id']}/logs", headers=plane.as_("alice")).json()["text"]
+    assert "[rank 0] cores 8 gpus ''" in log
