@@ -13,6 +13,10 @@ if os.environ.get("CELLSCALE_DB_URL"):
     c.ControlPlane.db_url = os.environ["CELLSCALE_DB_URL"]  # e.g. postgresql+psycopg://cellscale@127.0.0.1/cellscale
 c.ControlPlane.backends = {"local": "local"}
 c.LocalDriver.gpus = int(os.environ.get("CELLSCALE_LOCAL_GPUS", "4"))
+# the demo emulates a workstation: its 4 GPUs, 16 cores and 64 GiB are what admission divides
+# (the machine's own may be fewer: the processes share what it has)
+c.LocalDriver.cpus = int(os.environ.get("CELLSCALE_LOCAL_CPUS", "16"))
+c.LocalDriver.memory_mb = int(os.environ.get("CELLSCALE_LOCAL_MEMORY_MB", str(64 * 1024)))
 
 # A Slurm cluster (the dev cluster: `cellscale dev slurm up` prints its SLURM_CONF), used
 # with `%%cluster --backend slurm` (its gpu partition) or `--backend slurm-cpu` (its cpu

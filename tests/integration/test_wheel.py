@@ -123,4 +123,4 @@ def test_dev_slurm_up_from_an_installed_wheel(wheel_venv, slurm_cluster, tmp_pat
 
     # and the cluster answers
     nodes = slurm_cluster.node_states()
-    assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
+    assert sorted(nodes) == ["cpu1", "cpu2", "node1", "node2", "node3", "node4"]  # CPU nodes beside the GPU ones
