@@ -181,12 +181,15 @@ def _check_page(page: Page, admin_api) -> None:
 
 
 def _check_cpu_and_memory(page: Page, queue: str, f: dict) -> None:
-    """A CPU and a memory row where the quota sets them (desk-b on local), none elsewhere."""
+    """A CPU and a memory row where the quota sets them (desk-b on local, set by this test; the
+    Slurm flavors' cores and memory in config/tenants.yaml), none elsewhere."""
     name = f"{queue} {f['flavor']}"
     cpu, memory = _row(page, queue, f["flavor"], "cpu"), _row(page, queue, f["flavor"], "memory")
     if (queue, f["flavor"]) != ("desk-b", "local"):
-        expect(cpu).to_have_count(0)
-        expect(memory).to_have_count(0)
+        expect(cpu).to_have_count(0 if f["cpu_nominal"] is None else 1)
+        expect(memory).to_have_count(0 if f["memory_mb_nominal"] is None else 1)
+        if f["cpu_nominal"] is not None:
+            expect(cpu.get_by_label(f"cpu nominal {name}", exact=True)).to_have_value(str(f["cpu_nominal"]))
         return
     assert (f["cpu_nominal"], f["memory_mb_nominal"]) == (8, 16384)
     expect(cpu.get_by_label(f"cpu nominal {name}", exact=True)).to_have_value("8")
