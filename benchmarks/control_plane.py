@@ -149,6 +149,26 @@ def weighted(rng: random.Random, choices):
 # ---------------------------------------------------------------------------------------------
 # populate (runs in a child, on the code under test): bulk inserts into the real schema
 # ---------------------------------------------------------------------------------------------
+def queue_totals(jobs: list[dict], attempts: list[dict]) -> list[dict]:
+    """The per-queue totals the transactions would have kept, for rows bulk-inserted around them."""
+    totals: dict[str, dict] = {}
+    gpus = {j["id"]: (j["cluster_queue"], j["gpus"]) for j in jobs}
+    for j in jobs:
+        t = totals.setdefault(j["cluster_queue"], dict.fromkeys(("pending_jobs", "pending_gpus", "pending_cpus"), 0))
+        if str(j["phase"]) == "PENDING":
+            t["pending_jobs"] += 1
+            t["pending_gpus"] += j["gpus"]
+            t["pending_cpus"] += j.get("cpus", 0)
+    for a in attempts:
+        if a.get("started_at") and a.get("ended_at"):
+            cq, n = gpus[a["job_id"]]
+            t = totals[cq]
+            t["ended_gpu_seconds"] = (
+                t.get("ended_gpu_seconds", 0.0) + n * (a["ended_at"] - a["started_at"]).total_seconds()
+            )
+    return [{"cluster_queue": cq, "ended_gpu_seconds": 0.0} | t for cq, t in totals.items()]
+
+
 def populate(db_url: str, size: int, shape: str) -> dict:
     from sqlalchemy import insert
 
@@ -158,7 +178,7 @@ def populate(db_url: str, size: int, shape: str) -> dict:
     from cellscale_hub.drivers.local import LocalDriver
     from cellscale_hub.placement import place
     from cellscale_hub.store import Store
-    from cellscale_hub.store.models import Attempt, Event, Job
+    from cellscale_hub.store.models import Attempt, Base, Event, Job
     from cellscale_hub.tenancy import Tenancy
 
     t_start = time.perf_counter()
@@ -436,6 +456,8 @@ def populate(db_url: str, size: int, shape: str) -> dict:
             batch = [{k: v for k, v in r.items() if k in cols[model]} for r in rows[model]]
             for i in range(0, len(batch), 5000):
                 conn.execute(insert(model.__table__), batch[i : i + 5000])
+        if "queue_totals" in Base.metadata.tables:  # a revision that keeps per-queue totals on commit
+            conn.execute(insert(Base.metadata.tables["queue_totals"]), queue_totals(rows[Job], rows[Attempt]))
     t_inserted = time.perf_counter()
     if store.engine.dialect.name == "postgresql":
         # statistics and the visibility map, as autovacuum keeps them on a live server; without
