@@ -170,6 +170,7 @@ class Decision:
 # -- usage bookkeeping --------------------------------------------------------------------
 _INDEXES = range(len(RESOURCES))
 _NONE = Amounts()
+_NO_QUOTAS = (None,) * len(RESOURCES)  # a queue without a quota on the flavor: it counts physically only
 
 
 def _pooled(before: Amounts, after: Amounts, private: Amounts) -> Amounts:
@@ -187,7 +188,6 @@ class Usage:
     a fit check costs the same however many queues share the tree) and of physical use."""
 
     def __init__(self, tenancy: Tenancy, capacity: Mapping[str, Amounts], held: Mapping[tuple[str, str], Amounts]):
-        self.t = tenancy
         self.capacity = capacity
         self.used: dict[tuple[str, str], Amounts] = defaultdict(Amounts)
         self.physical: dict[str, Amounts] = defaultdict(Amounts)
@@ -224,22 +224,14 @@ class Usage:
         key = self.root[cq], flavor
         self.in_pool[key] = self.in_pool[key].plus(_pooled(before, after, private))
 
-    def quota(self, cq: str, flavor: str):
-        return self.t.cluster_queues[cq].quotas[flavor]
-
-    def borrowed(self, cq: str, flavor: str) -> int:
-        """GPUs beyond the queue's nominal quota."""
-        return max(0, self.used[cq, flavor].gpu - self.quota(cq, flavor).nominal) if self.has(cq, flavor) else 0
+    def borrowed(self, cq: str, flavor: str, i: int = 0) -> int:
+        """How much of resource `i` (GPUs by default) the queue uses beyond its nominal quota."""
+        quota = self.quotas.get((cq, flavor), _NO_QUOTAS)[i]
+        return 0 if quota is None else max(0, self.used[cq, flavor][i] - quota.nominal)
 
     def borrowing(self, cq: str, flavor: str) -> Resource | None:
         """The first resource the queue uses beyond its nominal quota, if any."""
-        if not self.has(cq, flavor):
-            return None
-        used = self.used[cq, flavor]
-        for i, q in enumerate(self.quotas[cq, flavor]):
-            if q is not None and used[i] > q.nominal:
-                return RESOURCES[i]
-        return None
+        return next((RESOURCES[i] for i in _INDEXES if self.borrowed(cq, flavor, i)), None)
 
     def borrows(self, cq: str, flavor: str, demand: Amounts) -> bool:
         used = self.used[cq, flavor]
@@ -276,7 +268,7 @@ class Usage:
 
     def without(self, victims: Iterable[Holder]) -> Usage:
         copy = Usage.__new__(Usage)
-        copy.t, copy.capacity, copy.root, copy.pool_size = self.t, self.capacity, self.root, self.pool_size
+        copy.capacity, copy.root, copy.pool_size = self.capacity, self.root, self.pool_size
         copy.quotas, copy.private = self.quotas, self.private
         copy.used, copy.physical = defaultdict(Amounts, self.used), defaultdict(Amounts, self.physical)
         copy.in_pool = defaultdict(Amounts, self.in_pool)
@@ -511,8 +503,7 @@ def _victim_reason(usage: Usage, victim: Holder, job: Workload) -> str:
         return f"preempted for higher-priority job {job.job_id} in queue {job.cluster_queue}"
     resource = usage.borrowing(victim.cluster_queue, victim.flavor) or Resource.gpu
     i = RESOURCES.index(resource)
-    nominal = usage.quotas[victim.cluster_queue, victim.flavor][i].nominal
-    lent = min(victim.demand[i], max(0, usage.used[victim.cluster_queue, victim.flavor][i] - nominal))
+    lent = min(victim.demand[i], usage.borrowed(victim.cluster_queue, victim.flavor, i))
     return (
         f"reclaimed by {job.cluster_queue}: {victim.cluster_queue} was borrowing "
         f"{amount_words(resource, lent, victim.flavor)} (this job held {victim.demand[i]}) that "
@@ -663,14 +654,9 @@ def _holders_in_the_way(
         return code is PendingCode.CapacityFull or usage.root.get(h.cluster_queue) == usage.root[cq]
 
     found = [h for h in snap.holders if h.flavor == flavor and helps(h)]
-    borrowed = {q: _over_nominal(usage, q, flavor, i) for q in {h.cluster_queue for h in found}}
+    borrowed = {q: usage.borrowed(q, flavor, i) for q in {h.cluster_queue for h in found}}
     found.sort(key=lambda h: (-borrowed[h.cluster_queue], -h.demand[i], h.job_id))
     return found
-
-
-def _over_nominal(usage: Usage, cq: str, flavor: str, i: int) -> int:
-    quota = usage.quotas.get((cq, flavor), (None,) * len(RESOURCES))[i]
-    return 0 if quota is None else max(0, usage.used[cq, flavor][i] - quota.nominal)
 
 
 def _why(usage: Usage, h: Holder, cq: str) -> str:
