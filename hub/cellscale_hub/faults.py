@@ -38,6 +38,7 @@ def budget(retries: Retries, fault: Fault) -> int | None:
         Fault.INFRASTRUCTURE: retries.infrastructure,
         Fault.TIMEOUT: retries.timeout,
         Fault.PREEMPTION: None,
+        Fault.CAPACITY: None,
     }[fault]
 
 

@@ -92,6 +92,7 @@ class Fault(StrEnum):
     INFRASTRUCTURE = "infrastructure"  # a node failed, a rank was killed, the attempt was lost or hung (--retries)
     TIMEOUT = "timeout"  # ran past --time (--retries-timeout)
     PREEMPTION = "preemption"  # stopped to make room for another job; always requeued, never counted
+    CAPACITY = "capacity"  # the backend could not provide the nodes (a cloud stockout); re-placed, never counted
 
     @property
     def words(self) -> str:

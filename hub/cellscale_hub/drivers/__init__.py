@@ -10,7 +10,7 @@ from importlib.metadata import entry_points
 from traitlets.utils.importstring import import_item
 
 from cellscale.spec import BackendView
-from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected
+from cellscale_hub.drivers.base import AttemptRef, BackendUnreachable, Driver, Observation, SpecRejected
 from cellscale_hub.scheduling.resources import UNLIMITED, Amounts
 from cellscale_hub.tenancy import Tenancy
 
@@ -50,4 +50,4 @@ def amounts_of(view: BackendView) -> Amounts:
     )
 
 
-__all__ = ["AttemptRef", "Driver", "Observation", "SpecRejected", "driver_class", "flavor_capacities"]
+__all__ = ["AttemptRef", "BackendUnreachable", "Driver", "Observation", "SpecRejected", "driver_class", "flavor_capacities"]

@@ -29,6 +29,11 @@ class SpecRejected(ValueError):
     """The job can never run on this backend; the message says what to change."""
 
 
+class BackendUnreachable(RuntimeError):
+    """The backend's scheduler does not answer (its controller is down or cut off): what it
+    runs is unknown, not gone. Raised by `poll` (and any query) instead of a generic error."""
+
+
 def as_user(prefix: list[str], user: str) -> list[str]:
     """The privilege step that runs a command as the job's owner (`runuser -u {user} --` as
     root, `sudo -n -u {user} --` in production), with the validated user name filled in."""
@@ -89,6 +94,7 @@ class Observation:
     step: int | None = None  # the training step rank 0 last reported
     fault: Fault | None = None  # why an ended attempt did not succeed (None: it did, or was cancelled)
     failed_nodes: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()  # the nodes the attempt holds (known once the backend placed it)
     checkpoint: Checkpoint | None = None  # the newest this attempt committed (filled in by Driver.observe_attempts)
     resume: ResumeReport | None = None  # what this attempt resumed from (filled in by Driver.observe_attempts)
     result: bool = False  # rank 0 wrote its outputs (filled in by Driver.observe_attempts once the attempt SUCCEEDED)
@@ -144,6 +150,12 @@ class Driver(LoggingConfigurable):
     - `launch_plan(ref)`: what the attempt's runtime reads (Slurm adds its rendezvous).
     - `apply_tenancy(tenancy)`: mirror quotas and fair share into a backend that has a
       scheduler of its own (Slurm: account limits and shares); nothing by default.
+    - `start_estimate(spec, account)` -> epoch seconds: when the backend's own scheduler would
+      start this job if it were submitted now (Slurm: `sbatch --test-only`); None when it
+      cannot say (the default).
+    - `node_notices()` -> {node: words}: nodes the backend announces are going away soon (a
+      cloud's spot reclaim notice); the controller preempts what runs there, with its
+      checkpoint warning. Nothing by default.
     - The job-directory methods (`prepare`, `read_log`, `log_path`, `log_size`, `checkpoints`,
       `result_file`, and the facts `observe_attempts` adds to each observation) assume a directory
       every node and the control plane share (`ref.job_dir`). A backend whose jobs write elsewhere
@@ -256,6 +268,15 @@ class Driver(LoggingConfigurable):
     def apply_tenancy(self, tenancy: Tenancy) -> None:
         """Mirror quotas and fair share into the backend's own scheduler; nothing to do for a
         backend that only runs what cellscale admits."""
+
+    def start_estimate(self, spec: JobSpec, account: str) -> float | None:
+        """When the backend's scheduler would start `spec` if submitted now (epoch seconds);
+        None: it cannot say."""
+        return None
+
+    def node_notices(self) -> dict[str, str]:
+        """Nodes announced to go away soon (node -> the notice in words)."""
+        return {}
 
     # -- the job directory ----------------------------------------------------------------------
     def prepare(self, ref: AttemptRef, bundle: Path | None) -> None:

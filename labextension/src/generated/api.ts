@@ -607,7 +607,7 @@ export interface components {
          * @description Why an attempt that did not succeed ended, as a class with its own retry budget.
          * @enum {string}
          */
-        Fault: "user_error" | "infrastructure" | "timeout" | "preemption";
+        Fault: "user_error" | "infrastructure" | "timeout" | "preemption" | "capacity";
         /** FlavorCapacity */
         FlavorCapacity: {
             /** Flavor */
