@@ -11,6 +11,12 @@
   other, and each node's `weight` sets its fair share among its siblings.
 - A **tenant** is a JupyterHub group (a desk); its **LocalQueues** point at ClusterQueues.
 - **Priority classes** order jobs before fair share does.
+- A **site** is a datacenter or a cloud burst pool (`sites`): what a GPU-hour costs there, and
+  for a cloud the boot time and the billed idle tail; a flavor names its site. **Datasets**
+  live at a home site; moving them (or a checkpoint) elsewhere costs egress and time. A
+  tenant may burst to the cloud (`burst`) within a dollar `budget` per period, and says what
+  an hour of waiting for one GPU is worth to it (`wait_usd_per_gpu_hour`): placement weighs
+  start time, dollars, data and budget with these (`scheduling.sites`).
 
 The YAML the control plane is seeded from (config/tenants.yaml) has exactly this shape; the
 admin API edits the stored copy and records every change.
@@ -19,7 +25,9 @@ admin API edits the stored copy and records every change.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from enum import StrEnum
 from functools import cached_property
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -35,8 +43,52 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class SiteKind(StrEnum):
+    onprem = "onprem"  # a datacenter the firm runs: its GPU-hour is an amortised cost
+    cloud = "cloud"  # capacity rented by the second: booted on demand, powered down after an idle tail
+
+
+class Site(Strict):
+    """Where a flavor's nodes are: a datacenter or a cloud burst pool, and what using it costs."""
+
+    kind: SiteKind = SiteKind.onprem
+    gpu_hour_usd: float = Field(0.0, ge=0, description="Dollars per GPU-hour (on-prem: amortised; cloud: the price).")
+    boot_s: float = Field(
+        0.0, ge=0, description="Cloud: seconds from the request to the nodes running jobs (measured)."
+    )
+    idle_tail_s: float = Field(
+        0.0, ge=0, description="Cloud: seconds a node stays up (and billed) after its job, before it powers down."
+    )
+    egress_usd_per_gb: float = Field(0.0, ge=0, description="Dollars to move one GB out of this site.")
+    bandwidth_gb_s: float = Field(1.0, gt=0, description="GB per second data moves out of this site.")
+
+
+class Dataset(Strict):
+    """A named dataset with a home site (where reading it costs nothing extra)."""
+
+    site: str
+    size_gb: float = Field(0.0, ge=0)
+
+
+class Budget(Strict):
+    """A tenant's dollars per period for cloud capacity: placement never bursts past it."""
+
+    usd: float = Field(ge=0)
+    period: Literal["day", "week", "month"] = "week"
+
+    @property
+    def seconds(self) -> float:
+        return {"day": 86400.0, "week": 7 * 86400.0, "month": 30 * 86400.0}[self.period]
+
+
 class Flavor(Strict):
     backend: str = Field(description="The backend whose nodes this flavor names.")
+    site: str | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="The site (datacenter or cloud pool) of these nodes; jobs are placed across the sites of "
+        "their queue's flavors.",
+    )
     cpu_only: bool = Field(
         False,
         exclude_if=lambda value: not value,
@@ -143,10 +195,26 @@ class LocalQueue(Strict):
 
 class Tenant(Strict):
     queues: dict[str, LocalQueue]
+    burst: Literal["never", "allow"] = Field(
+        "never",
+        exclude_if=lambda value: value == "never",
+        description="Whether its jobs may go to cloud sites by default (--burst overrides).",
+    )
+    budget: Budget | None = Field(
+        None, exclude_if=lambda value: value is None, description="Dollars per period it may spend on the cloud."
+    )
+    wait_usd_per_gpu_hour: float = Field(
+        2.0,
+        ge=0,
+        exclude_if=lambda value: value == 2.0,
+        description="What one GPU-hour of waiting is worth to the desk: placement pays up to this to start sooner.",
+    )
 
 
 class Tenancy(Strict):
     flavors: dict[str, Flavor] = Field(default_factory=dict)
+    sites: dict[str, Site] = Field(default_factory=dict, exclude_if=lambda value: not value)
+    datasets: dict[str, Dataset] = Field(default_factory=dict, exclude_if=lambda value: not value)
     cohorts: dict[str, Cohort] = Field(default_factory=dict)
     cluster_queues: dict[str, ClusterQueue] = Field(default_factory=dict)
     tenants: dict[str, Tenant] = Field(default_factory=dict)
@@ -157,6 +225,15 @@ class Tenancy(Strict):
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Tenancy:
+        for name, flavor in self.flavors.items():
+            if flavor.site is not None and flavor.site not in self.sites:
+                raise ValueError(
+                    f"flavor {name!r}: site {flavor.site!r} is not defined "
+                    f"(sites: {', '.join(sorted(self.sites)) or 'none'})"
+                )
+        for name, dataset in self.datasets.items():
+            if dataset.site not in self.sites:
+                raise ValueError(f"dataset {name!r}: site {dataset.site!r} is not defined")
         for name, cohort in self.cohorts.items():
             if cohort.parent is not None and cohort.parent not in self.cohorts:
                 raise ValueError(f"cohort {name!r}: parent {cohort.parent!r} is not a cohort")
@@ -220,6 +297,14 @@ class Tenancy(Strict):
             for f in self.cluster_queues[cluster_queue].quotas
             if backend is None or self.flavors[f].backend == backend
         ]
+
+    def site_of(self, flavor: str) -> Site | None:
+        name = self.flavors[flavor].site
+        return None if name is None else self.sites[name]
+
+    def is_cloud(self, flavor: str) -> bool:
+        site = self.site_of(flavor)
+        return site is not None and site.kind is SiteKind.cloud
 
     def fair_share_path(self, cluster_queue: str) -> list[str]:
         """Node names from the root down to the queue: cohorts as `cohort:NAME`, then `cq:NAME`."""

@@ -22,6 +22,7 @@ Rules, in order:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from cellscale.vocabulary import PendingCode, Resource
 from cellscale_hub.scheduling.ceiling import Ceiling, limits, over
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.scheduling.resources import RESOURCES, UNLIMITED, Amounts, amount_words, capacity_of
+from cellscale_hub.scheduling.sites import Offer, SiteState, Spend, choose, offer, table_words
 from cellscale_hub.tenancy import Tenancy
 
 MAX_AHEAD = 10  # holders named in a waiting job's reason
@@ -49,6 +51,8 @@ class Workload:
     tenant: str = ""
     cpus: int = 0
     memory: int = 0  # MiB asked for (0: none asked)
+    data: tuple[tuple[str, float], ...] = ()  # (home site, GB) of each dataset and checkpoint it reads
+    runtime_s: float = 3600.0  # expected run time (for dollars): its time limit, or a desk's typical run
 
     @cached_property
     def demand(self) -> Amounts:
@@ -85,6 +89,8 @@ class Snapshot:
     pending: tuple[Workload, ...] = ()
     history: dict[str, float] = field(default_factory=dict)  # cluster queue -> recent average GPUs
     now: float = 0.0
+    sites: Mapping[str, SiteState] = field(default_factory=dict)  # flavor -> its site, for flavors that have one
+    spend: Mapping[str, Spend] = field(default_factory=dict)  # tenant -> cloud spend against its budget
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ class Admission:
     job_id: str
     flavor: str
     borrowed: int  # GPUs beyond its queue's nominal quota, at admission
+    placed: str | None = None  # why this site, in words, when it had a choice of sites
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,7 @@ class PendingReason:
     ahead: tuple[Ahead, ...] = ()
     estimated_start: float | None = None
     resource: Resource = Resource.gpu  # the one it waits for
+    offers: tuple[Offer, ...] = ()  # every site it may use, when it has a choice
 
 
 class Reasons(Mapping[str, PendingReason]):
@@ -332,16 +340,27 @@ def schedule(snap: Snapshot) -> Decision:
             decision.pending[job.job_id] = _never_fits(job, too_big)
             _advance(heads, queues, cq)
             continue
-        flavor = _choose_flavor(usage, job, flavors, cycle.claims)
+        offers = _offers(snap, usage, job, flavors, cycle) if _across_sites(snap, flavors) else None
+        best = choose(offers) if offers else None
+        if offers is None:
+            flavor = _choose_flavor(usage, job, flavors, cycle.claims)
+        else:
+            flavor = best.flavor if best is not None and best.fits_now else None
         if flavor is not None:
             usage.add(cq, flavor, job.demand)
             queue_use[cq] = queue_use.get(cq, 0.0) + job.demand.weight(weights)
-            decision.admit.append(Admission(job.job_id, flavor, usage.borrowed(cq, flavor)))
+            placed = _placed_words(snap, job, best, offers) if offers else None
+            decision.admit.append(Admission(job.job_id, flavor, usage.borrowed(cq, flavor), placed))
             _advance(heads, queues, cq)
             continue
-        for victim in _make_room(snap, usage, job, flavors, cycle):
+        if offers is not None:
+            flavors = [best.flavor] if best is not None else []
+        for victim in _make_room(snap, usage, job, flavors, cycle) if flavors else ():
             decision.preempt.append(Preemption(victim.job_id, job.job_id, _victim_reason(usage, victim, job)))
-        decision.pending[job.job_id] = _blocked_reason(snap, usage, job, flavors, cycle)
+        if offers is None:
+            decision.pending[job.job_id] = _blocked_reason(snap, usage, job, flavors, cycle)
+        else:
+            decision.pending[job.job_id] = _site_reason(snap, usage, job, best, offers, cycle)
         for f in flavors:
             cycle.claims.setdefault((usage.root[cq], f), job)
         decision.pending.queue_behind(job, queues[cq][heads[cq] + 1 :], start=2)
@@ -411,6 +430,74 @@ def _choose_flavor(usage: Usage, job: Workload, flavors: list[str], claims: dict
 def _claimant(usage: Usage, claims: dict, job: Workload, flavor: str) -> Workload | None:
     head = claims.get((usage.root[job.cluster_queue], flavor))
     return head if head is not None and head.job_id != job.job_id else None
+
+
+# -- sites --------------------------------------------------------------------------------
+def _across_sites(snap: Snapshot, flavors: list[str]) -> bool:
+    """Placement weighs sites when the job may use flavors at more than one site."""
+    return len({snap.sites[f].name for f in flavors if f in snap.sites}) > 1
+
+
+def _offers(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], cycle: Cycle) -> list[Offer]:
+    """One offer per flavor with a site (`scheduling.sites`): fits now, or when what is in
+    its way ends."""
+    tenant = snap.tenancy.tenants.get(job.tenant)
+    wait_value = tenant.wait_usd_per_gpu_hour if tenant else 0.0
+    out = []
+    for f in flavors:
+        if f not in snap.sites:
+            continue
+        cq = job.cluster_queue
+        fits = usage.fits(cq, f, job.demand) and not (
+            usage.borrows(cq, f, job.demand) and _claimant(usage, cycle.claims, job, f)
+        )
+        out.append(
+            offer(
+                f,
+                snap.sites[f],
+                gpus=job.gpus,
+                runtime_s=job.runtime_s,
+                data=job.data,
+                sites=snap.tenancy.sites,
+                fits_now=fits,
+                blocked_until_s=None if fits else _blocked_for(snap, usage, job, f),
+                wait_usd_per_gpu_hour=wait_value,
+                spend=snap.spend.get(job.tenant),
+            )
+        )
+    return out
+
+
+def _blocked_for(snap: Snapshot, usage: Usage, job: Workload, flavor: str) -> float | None:
+    """Seconds until the jobs in the way on `flavor` have ended (at their time limits)."""
+    short = usage.short(job.cluster_queue, flavor, job.demand)
+    if short is None:
+        return 0.0  # fits, but a blocked head ahead claims it: frees when that head starts
+    resource, available, code = short
+    i = RESOURCES.index(resource)
+    holders = _holders_in_the_way(snap, usage, job, flavor, code, i)
+    until = _estimate(snap, holders, job.demand[i] - available, i)
+    return None if until is None else until - snap.now
+
+
+def _placed_words(snap: Snapshot, job: Workload, best: Offer, offers: list[Offer]) -> str:
+    spend = snap.spend.get(job.tenant)
+    return f"placed at {best.site}: {table_words(offers, job.tenant, spend)}"
+
+
+def _site_reason(
+    snap: Snapshot, usage: Usage, job: Workload, best: Offer | None, offers: list[Offer], cycle: Cycle
+) -> PendingReason:
+    """Why a job with a choice of sites waits: the table, and what blocks the site it waits for."""
+    table = table_words(offers, job.tenant, snap.spend.get(job.tenant))
+    if best is None:
+        return PendingReason(
+            PendingCode.NoFlavor, f"no site may take it now: {table}", 1, needs=job.gpus, offers=tuple(offers)
+        )
+    blocked = _blocked_reason(snap, usage, job, [best.flavor], cycle)
+    return dataclasses.replace(
+        blocked, message=f"waits for {best.site} ({table}); {blocked.message}", offers=tuple(offers)
+    )
 
 
 # -- preemption ---------------------------------------------------------------------------

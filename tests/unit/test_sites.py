@@ -1,0 +1,159 @@
+"""Placement across sites (scheduling.sites, through admission.schedule): table-driven."""
+
+from __future__ import annotations
+
+import pytest
+
+from cellscale.vocabulary import PendingCode
+from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
+from cellscale_hub.scheduling.sites import SiteState, Spend, choose, duration_words, offer
+from cellscale_hub.tenancy import Budget, Tenancy
+
+TENANCY = Tenancy.model_validate(
+    {
+        "sites": {
+            "dca": {"gpu_hour_usd": 1.0, "egress_usd_per_gb": 0.09, "bandwidth_gb_s": 0.5},
+            "dcb": {"gpu_hour_usd": 1.0, "egress_usd_per_gb": 0.09, "bandwidth_gb_s": 0.5},
+            "burst": {"kind": "cloud", "gpu_hour_usd": 2.5, "boot_s": 90, "idle_tail_s": 60},
+        },
+        "flavors": {
+            "dca": {"backend": "slurm", "site": "dca"},
+            "dcb": {"backend": "slurm-dcb", "site": "dcb"},
+            "burst": {"backend": "slurm-burst", "site": "burst"},
+        },
+        "datasets": {"bars": {"site": "dca", "size_gb": 400}},
+        "cluster_queues": {
+            "desk-a": {"quotas": {"dca": {"nominal": 32}, "dcb": {"nominal": 16}, "burst": {"nominal": 32}}},
+            "desk-b": {"quotas": {"dca": {"nominal": 32}, "dcb": {"nominal": 16}, "burst": {"nominal": 32}}},
+        },
+        "tenants": {
+            "desk-a": {"queues": {"default": {"cluster_queue": "desk-a"}}, "burst": "allow"},
+            "desk-b": {"queues": {"default": {"cluster_queue": "desk-b"}}},
+        },
+    }
+)
+CAPACITY = {"dca": 32, "dcb": 16, "burst": 32}
+SITES = {f: SiteState(TENANCY.flavors[f].site, TENANCY.sites[TENANCY.flavors[f].site]) for f in CAPACITY}
+HOUR = 3600.0
+
+
+def holder(job: str, flavor: str, gpus: int, ends_in_h: float | None, cq: str = "desk-b") -> Holder:
+    ends = None if ends_in_h is None else ends_in_h * HOUR
+    return Holder(job, cq, flavor, gpus, started=0.0, ends_by=ends, tenant=cq)
+
+
+def job(gpus: int = 16, data=(), runtime_h: float = 1.0) -> Workload:
+    return Workload("j", "desk-a", gpus, tenant="desk-a", data=data, runtime_s=runtime_h * HOUR)
+
+
+def decide(holders=(), pending=None, spend=None, sites=SITES):
+    snap = Snapshot(
+        TENANCY,
+        CAPACITY,
+        tuple(holders),
+        (pending or job(),),
+        now=0.0,
+        sites=sites,
+        spend=spend or {},
+    )
+    return schedule(snap)
+
+
+@pytest.mark.parametrize(
+    ("holders", "data", "expected"),
+    [
+        # everything free: the data's home wins (no transfer, no egress)
+        ((), (("dca", 400.0),), "dca"),
+        # dca full for 2 h, data at dca: moving 400 GB to dcb (13 min, $36) beats 2 h of waiting
+        ((holder("b1", "dca", 32, 2.0),), (("dca", 400.0),), "dcb"),
+        # dca full for 2 h, no data: dcb starts now
+        ((holder("b1", "dca", 32, 2.0),), (), "dcb"),
+        # both datacenters full for hours: the burst pool (boot 90 s) for ≈$42
+        ((holder("b1", "dca", 32, 6.0), holder("b2", "dcb", 16, 6.0)), (), "burst"),
+    ],
+)
+def test_the_cheapest_offer_in_dollars_and_waiting_wins(holders, data, expected):
+    decision = decide(holders, job(data=data))
+    assert [a.flavor for a in decision.admit] == [expected]
+    assert decision.admit[0].placed.startswith(f"placed at {expected}: ")
+
+
+def test_waits_for_the_cheap_site_when_it_frees_soon():
+    """dca frees in 5 minutes: waiting costs 16 GPUs x 5 min x $2 = $2.7, bursting ≈$42."""
+    holders = (holder("b1", "dca", 32, 5 / 60), holder("b2", "dcb", 16, 6.0))
+    decision = decide(holders)
+    assert decision.admit == []
+    reason = decision.pending["j"]
+    assert reason.message.startswith("waits for dca (burst ≈2 min for ≈$42; dca ≈5 min; dcb ≈6 h)")
+    assert {o.site for o in reason.offers} == {"dca", "dcb", "burst"}
+
+
+def test_a_budget_keeps_a_desk_off_the_cloud_and_says_so():
+    holders = (holder("b1", "dca", 32, 6.0), holder("b2", "dcb", 16, 6.0))
+    spend = {"desk-a": Spend(Budget(usd=300, period="week"), spent_usd=290)}
+    decision = decide(holders, spend=spend)
+    assert decision.admit == []
+    message = decision.pending["j"].message
+    assert "burst ≈2 min for ≈$42 (14% of desk-a's weekly budget): not allowed, would cost ≈$42 > $10 left" in message
+
+
+def test_budget_left_shows_its_share():
+    holders = (holder("b1", "dca", 32, 6.0), holder("b2", "dcb", 16, 6.0))
+    spend = {"desk-a": Spend(Budget(usd=300, period="week"), spent_usd=0)}
+    decision = decide(holders, spend=spend)
+    assert decision.admit[0].flavor == "burst"
+    assert "burst ≈2 min for ≈$42 (14% of desk-a's weekly budget)" in decision.admit[0].placed
+
+
+def test_an_unavailable_site_is_skipped_with_its_reason():
+    sites = {**SITES, "dca": SiteState("dca", TENANCY.sites["dca"], unavailable="its controller does not answer")}
+    decision = decide(sites=sites)
+    assert decision.admit[0].flavor == "dcb"
+    assert "dca starts now: not allowed, its controller does not answer" in decision.admit[0].placed
+
+
+def test_no_site_at_all():
+    sites = {f: SiteState(s.name, s.site, unavailable="stockout") for f, s in SITES.items()}
+    decision = decide(sites=sites)
+    reason = decision.pending["j"]
+    assert reason.code is PendingCode.NoFlavor
+    assert reason.message.startswith("no site may take it now: ")
+
+
+def test_one_site_only_keeps_the_old_rules():
+    """A queue whose flavors are all at one site chooses as before (first that fits)."""
+    decision = decide(sites={})
+    assert decision.admit[0].flavor == "dca" and decision.admit[0].placed is None
+
+
+def test_gangs_never_split():
+    """24 GPUs: dca has 16 free and dcb 16 free (32 together), but no one site has 24."""
+    holders = (holder("b1", "dca", 16, 6.0), holder("b2", "burst", 32, 6.0))
+    decision = decide(holders, job(gpus=24))
+    assert decision.admit == []
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [(0, "now"), (59, "now"), (240, "≈4 min"), (7200, "≈2 h"), (5400, "≈1.5 h"), (3 * 86400, "≈3.0 days")],
+)
+def test_durations(seconds, words):
+    assert duration_words(seconds) == words
+
+
+def test_cloud_dollars_include_boot_and_idle_tail():
+    o = offer(
+        "burst",
+        SITES["burst"],
+        gpus=16,
+        runtime_s=3600,
+        data=(),
+        sites=TENANCY.sites,
+        fits_now=True,
+        blocked_until_s=None,
+        wait_usd_per_gpu_hour=2.0,
+        spend=None,
+    )
+    assert o.usd == pytest.approx(16 * 2.5 * (3600 + 90 + 60) / 3600)
+    assert o.start_in_s == 90
+    assert choose([o]) is o
