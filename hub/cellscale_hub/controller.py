@@ -346,6 +346,7 @@ class Controller:
         self._note_resume(session, job, attempt, obs)
         if obs.checkpoint:  # victims are chosen by the work they would lose since their last checkpoint
             attempt.last_checkpoint_at = datetime.fromtimestamp(obs.checkpoint.wall_time, UTC)
+            attempt.checkpoint_bytes = obs.checkpoint.size_bytes
         if obs.state is AttemptState.UNKNOWN:
             if attempt.state is not AttemptState.UNKNOWN:
                 q.add_event(

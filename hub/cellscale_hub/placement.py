@@ -2,6 +2,12 @@
 spec shaped for that backend. Decided once, at submit, before anything is stored; what can
 never run is refused here with the numbers (a typed `Refused`, which the API maps to a
 status code), using the same never-fits rule as admission (`scheduling.ceiling`).
+
+A queue whose flavors are at several sites (datacenters, cloud pools) leaves the site to
+admission: the job gets every backend of those sites it may use (`Placement.backends`: the
+site asked for, cloud sites only when the job or its desk allows bursting, and only backends
+that shape the job the same way, so its gang is the same wherever it lands), and admission
+weighs them each cycle (`scheduling.sites`).
 """
 
 from __future__ import annotations
@@ -46,6 +52,18 @@ class Placement:
     priority: int
     backend: str
     spec: JobSpec  # shaped for the backend
+    backends: tuple[str, ...] = ()  # more than one: admission chooses among these sites' backends
+    data: tuple[tuple[str, float], ...] = ()  # (home site, GB) of each dataset it reads
+
+    def stored(self) -> dict | None:
+        """What the store keeps of a choice of sites (jobs.placement); None: one backend, no data."""
+        if len(self.backends) < 2 and not self.data:
+            return None
+        return {
+            "backends": list(self.backends),
+            "data": [list(d) for d in self.data],
+            "runtime_s": self.spec.resources.timeout_min * 60,  # dollars are estimated on its time limit
+        }
 
 
 def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec: JobSpec) -> Placement:
@@ -60,18 +78,77 @@ def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec:
         priority = tenancy.priority_of(spec.priority)
     except ValueError as exc:
         raise UnknownName(str(exc)) from exc
-    backend, flavors = _backend(tenancy, drivers, queue, cluster_queue, spec.backend)
-    driver = drivers[backend]
-    try:
-        spec = driver.shape(spec)
-        driver.validate(spec)
-    except SpecRejected as exc:
-        raise NeverFits(str(exc)) from exc
+    data = _data(tenancy, spec)
+    backends = _backends(tenancy, drivers, who.tenant, queue, cluster_queue, spec)
+    shaped, refusals = _shaped(drivers, backends, spec)
+    if not shaped:
+        raise NeverFits(refusals[0] if len(refusals) == 1 else "; ".join(refusals))
+    backend, spec = next(iter(shaped.items()))
+    flavors = [f for f in tenancy.flavors_for(cluster_queue) if tenancy.flavors[f].backend in shaped]
     res = spec.resources
     best = never_fits(tenancy, cluster_queue, flavors, Amounts(res.gpus, res.cpus, res.memory_mb))
     if best is not None:
         raise NeverFits(_never_words(best, res, cluster_queue))
-    return Placement(who.tenant, queue, cluster_queue, priority, backend, spec)
+    return Placement(who.tenant, queue, cluster_queue, priority, backend, spec, tuple(shaped), data)
+
+
+def _shaped(drivers: Mapping[str, Driver], backends: list[str], spec: JobSpec) -> tuple[dict[str, JobSpec], list[str]]:
+    """The spec as each backend would run it, keeping only backends that run it the same way
+    as the first that accepts it; and the refusals of the others."""
+    shaped: dict[str, JobSpec] = {}
+    refusals = []
+    for backend in backends:
+        driver = drivers[backend]
+        try:
+            mine = driver.shape(spec)
+            driver.validate(mine)
+        except SpecRejected as exc:
+            refusals.append(f"{backend}: {exc}" if len(backends) > 1 else str(exc))
+            continue
+        if shaped and mine.resources != next(iter(shaped.values())).resources:
+            continue  # its nodes would give the gang another shape: not a candidate
+        shaped[backend] = mine
+    return shaped, refusals
+
+
+def _data(tenancy: Tenancy, spec: JobSpec) -> tuple[tuple[str, float], ...]:
+    unknown = [name for name in spec.datasets if name not in tenancy.datasets]
+    if unknown:
+        raise UnknownName(
+            f"unknown dataset {', '.join(map(repr, unknown))}; registered datasets: "
+            f"{', '.join(sorted(tenancy.datasets)) or 'none (an admin registers them in the tenancy)'}"
+        )
+    return tuple((tenancy.datasets[n].site, tenancy.datasets[n].size_gb) for n in spec.datasets)
+
+
+def _backends(
+    tenancy: Tenancy, drivers: Mapping[str, Driver], tenant: str, queue: str, cluster_queue: str, spec: JobSpec
+) -> list[str]:
+    """The backends the job may run on: the one asked for; else, when the queue's flavors
+    have sites (or --site is given), those of every site it may use; else the queue's first."""
+    if spec.backend is not None:
+        return [_backend(tenancy, drivers, queue, cluster_queue, spec.backend)[0]]
+    usable = [f for f in tenancy.flavors_for(cluster_queue) if tenancy.flavors[f].backend in drivers]
+    sited = [f for f in usable if tenancy.flavors[f].site is not None]
+    if spec.site in (None, "auto") and not (sited and (spec.site == "auto" or sited[0] == usable[0])):
+        return [_backend(tenancy, drivers, queue, cluster_queue, None)[0]]
+    if spec.site not in (None, "auto"):
+        sited = [f for f in sited if tenancy.flavors[f].site == spec.site]
+        if not sited:
+            sites = sorted({tenancy.flavors[f].site for f in usable if tenancy.flavors[f].site})
+            raise NoQuota(
+                f"queue {queue} ({cluster_queue}) has no quota at site {spec.site!r}; "
+                f"its sites: {', '.join(sites) or 'none'} (or --site auto)"
+            )
+    burst = spec.burst or tenancy.tenants[tenant].burst
+    pinned = spec.site not in (None, "auto") and spec.burst != "never"  # --site NAME of a cloud pool asks for it
+    allowed = [f for f in sited if burst == "allow" or pinned or not tenancy.is_cloud(f)]
+    if not allowed:
+        raise NoQuota(
+            f"queue {queue} ({cluster_queue}) has only cloud capacity at site {spec.site or 'auto'}, and bursting "
+            f"is not allowed; add --burst allow"
+        )
+    return list(dict.fromkeys(tenancy.flavors[f].backend for f in allowed))
 
 
 def _never_words(best: Ceiling, res: Resources, cluster_queue: str) -> str:

@@ -31,6 +31,9 @@ class MagicArgs(BaseModel):
     mem: str | None = Field(None, description="memory per node, with a unit (4G, 512M)")
     launcher: Launcher = Launcher.torchrun
     backend: str | None = None
+    site: str | None = None
+    burst: str | None = None
+    data: list[str] = Field(default_factory=list)
     queue: str | None = None
     priority: str | None = None
     retries: int = 3
@@ -92,6 +95,9 @@ class MagicArgs(BaseModel):
                 resources=resources,
                 queue=self.queue,
                 backend=self.backend,
+                site=self.site,
+                burst=self.burst,
+                datasets=self.data,
                 priority=self.priority,
                 retries=Retries(
                     infrastructure=self.retries, timeout=self.retries_timeout, user_error=self.retries_user
@@ -122,6 +128,9 @@ def _parser() -> _Parser:
     p.add_argument("--mem", help="memory per node, e.g. 4G or 512M")
     p.add_argument("--launcher", choices=[launcher.value for launcher in Launcher])
     p.add_argument("--backend")
+    p.add_argument("--site", help="auto (default: placement weighs every site) or a site's name")
+    p.add_argument("--burst", choices=["never", "allow"], help="may it go to a cloud site (default: the desk's)")
+    p.add_argument("--data", default="", help="datasets it reads (registered names, comma-separated)")
     p.add_argument("--queue")
     p.add_argument("--priority", help="priority class: low, normal (default), high")
     p.add_argument("--retries", type=int, help="retries after infrastructure faults (default 3)")
@@ -166,7 +175,7 @@ def parse_args(argv: list[str]) -> MagicArgs:
             raise MagicUsageError(f"--env {item!r} is not KEY=VALUE")
         env[key] = value
     values = {k: v for k, v in vars(ns).items() if v is not None}
-    values.update(env=env, inputs=_names(ns.inputs), outputs=_names(ns.outputs))
+    values.update(env=env, inputs=_names(ns.inputs), outputs=_names(ns.outputs), data=_names(ns.data))
     try:
         return MagicArgs.model_validate(values)
     except ValidationError as exc:

@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
@@ -167,6 +167,20 @@ class JobSpec(Strict):
     resources: Resources = Field(default_factory=Resources)
     queue: QueueName | None = Field(None, description="LocalQueue of the user's tenant; its default when absent.")
     backend: Name | None = Field(None, description="Backend to run on; chosen by the queue when absent.")
+    site: Name | None = Field(
+        None,
+        description="Site (datacenter or cloud pool) to run at; absent or 'auto': placement weighs every site of the "
+        "queue (start time, dollars, data, budget).",
+    )
+    burst: Literal["never", "allow"] | None = Field(
+        None, description="Whether it may go to a cloud site; absent: the desk's default."
+    )
+    datasets: list[Name] = Field(
+        default_factory=list,
+        max_length=MAX_NAMES,
+        description="Datasets it reads (names registered in the tenancy, each with a home site): placement keeps "
+        "it near them or counts moving them.",
+    )
     priority: Name | None = Field(None, description="Priority class (e.g. low, normal, high); normal when absent.")
     retries: Retries = Field(default_factory=Retries)
     stall_timeout_s: float | None = Field(

@@ -178,6 +178,7 @@ def _job_routes(router: APIRouter) -> None:
             queue=where.queue,
             cluster_queue=where.cluster_queue,
             backend=where.backend,
+            placement=where.stored(),
             priority=where.priority,
             name=spec.name,
             spec=spec.model_dump(mode="json"),

@@ -50,4 +50,12 @@ def amounts_of(view: BackendView) -> Amounts:
     )
 
 
-__all__ = ["AttemptRef", "BackendUnreachable", "Driver", "Observation", "SpecRejected", "driver_class", "flavor_capacities"]
+__all__ = [
+    "AttemptRef",
+    "BackendUnreachable",
+    "Driver",
+    "Observation",
+    "SpecRejected",
+    "driver_class",
+    "flavor_capacities",
+]

@@ -434,8 +434,10 @@ def _claimant(usage: Usage, claims: dict, job: Workload, flavor: str) -> Workloa
 
 # -- sites --------------------------------------------------------------------------------
 def _across_sites(snap: Snapshot, flavors: list[str]) -> bool:
-    """Placement weighs sites when the job may use flavors at more than one site."""
-    return len({snap.sites[f].name for f in flavors if f in snap.sites}) > 1
+    """Placement weighs sites when the job may use flavors at more than one site, or a cloud
+    site (whose dollars count against the desk's budget)."""
+    sites = [snap.sites[f] for f in flavors if f in snap.sites]
+    return len({s.name for s in sites}) > 1 or any(s.cloud for s in sites)
 
 
 def _offers(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], cycle: Cycle) -> list[Offer]:

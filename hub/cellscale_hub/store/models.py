@@ -5,7 +5,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from sqlalchemy import JSON, Boolean, DateTime, Double, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
@@ -78,6 +90,8 @@ class Job(Base):
     borrowed: Mapped[int] = mapped_column(Integer, default=0)
     name: Mapped[str] = mapped_column(String(63))
     spec: Mapped[dict] = mapped_column(JSON)
+    # a choice of sites: {"backends": [...], "data": [[site, GB], ...]} (placement.Placement.stored)
+    placement: Mapped[dict | None] = mapped_column(JSON)
     inputs_sha256: Mapped[str | None] = mapped_column(String(64), index=True)  # its inputs bundle, if any
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     cpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -124,6 +138,7 @@ class Attempt(Base):
     end_reason: Mapped[str | None] = mapped_column(Text)
     last_heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_checkpoint_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    checkpoint_bytes: Mapped[int | None] = mapped_column(BigInteger)  # of that newest checkpoint
     fault: Mapped[Fault | None] = mapped_column(Vocabulary(Fault, 16))  # when it did not succeed
     failed_nodes: Mapped[list] = mapped_column(JSON, default=list)
     last_step: Mapped[int | None] = mapped_column(Integer)

@@ -72,7 +72,9 @@ class PendingWorkloads:
 
 
 def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workload]:
-    """A job may use its queue's flavors on the backend its spec was shaped for."""
+    """A job may use its queue's flavors on the backend its spec was shaped for, or, with a
+    choice of sites (`jobs.placement`), on each of those backends; it reads its datasets and
+    its newest checkpoint where they are."""
     query = select(
         Job.id,
         Job.cluster_queue,
@@ -83,15 +85,24 @@ def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workl
         Job.tenant,
         Job.cpus,
         Job.memory_mb,
+        Job.placement,
     ).where(Job.id.in_(ids))
-    flavors: dict[tuple[str, str], tuple[str, ...]] = {}
+    flavors: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+    checkpoints = _newest_checkpoints(session, tenancy, ids)
     out = []
     for row in session.execute(query):
         if row.cluster_queue not in tenancy.cluster_queues:
             continue  # its queue was removed: it waits until an admin restores it (reason set at submit)
-        key = (row.cluster_queue, row.backend)
+        placement = row.placement or {}
+        backends = tuple(placement.get("backends") or (row.backend,))
+        key = (row.cluster_queue, backends)
         if key not in flavors:
-            flavors[key] = tuple(tenancy.flavors_for(*key))  # shaped for this backend
+            flavors[key] = tuple(
+                f for f in tenancy.flavors_for(row.cluster_queue) if tenancy.flavors[f].backend in backends
+            )
+        data = tuple((site, float(gb)) for site, gb in placement.get("data", ()))
+        if row.id in checkpoints:
+            data += (checkpoints[row.id],)
         out.append(
             Workload(
                 row.id,
@@ -103,9 +114,28 @@ def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workl
                 row.tenant,
                 row.cpus,
                 row.memory_mb,
+                data,
+                float(placement.get("runtime_s", 3600.0)),
             )
         )
     return out
+
+
+def _newest_checkpoints(session: Session, tenancy: Tenancy, ids: list[str]) -> dict[str, tuple[str, float]]:
+    """(site, GB) of each job's newest checkpoint, for jobs that have one at a site."""
+    site_of = {spec.backend: spec.site for spec in tenancy.flavors.values() if spec.site is not None}
+    if not site_of:
+        return {}
+    query = (
+        select(Attempt.job_id, Attempt.backend, Attempt.checkpoint_bytes)
+        .where(Attempt.job_id.in_(ids), Attempt.checkpoint_bytes.is_not(None))
+        .order_by(Attempt.number)
+    )
+    found = {}
+    for job_id, backend, size in session.execute(query):
+        if backend in site_of:
+            found[job_id] = (site_of[backend], size / 1e9)
+    return found
 
 
 def holders(session: Session) -> list[Holder]:

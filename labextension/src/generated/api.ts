@@ -730,6 +730,21 @@ export interface components {
              */
             backend?: string | null;
             /**
+             * Site
+             * @description Site (datacenter or cloud pool) to run at; absent or 'auto': placement weighs every site of the queue (start time, dollars, data, budget).
+             */
+            site?: string | null;
+            /**
+             * Burst
+             * @description Whether it may go to a cloud site; absent: the desk's default.
+             */
+            burst?: ("never" | "allow") | null;
+            /**
+             * Datasets
+             * @description Datasets it reads (names registered in the tenancy, each with a home site): placement keeps it near them or counts moving them.
+             */
+            datasets?: string[];
+            /**
              * Priority
              * @description Priority class (e.g. low, normal, high); normal when absent.
              */
