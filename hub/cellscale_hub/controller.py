@@ -20,12 +20,13 @@ from pathlib import Path
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, AttemptState, EventKind, EventReason, Fault, Phase
 from cellscale_hub.bundles import BundleStore
-from cellscale_hub.drivers import AttemptRef, Driver, Observation, flavor_capacities
+from cellscale_hub.drivers import AttemptRef, BackendUnreachable, Driver, Observation, flavor_capacities
 from cellscale_hub.faults import decide
 from cellscale_hub.lifecycle import outcome_of
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.scheduling.admission import Admission, Preemption, Reasons, schedule
 from cellscale_hub.scheduling.capacity import allocate
+from cellscale_hub.sitehealth import SiteBoard
 from cellscale_hub.store import Store, totals, usage
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Attempt, Job, utcnow
@@ -52,6 +53,8 @@ class Controller:
         bundle_sweep_s: float = 600.0,
         admission_interval_s: float = 30.0,
         waiting: WaitingBoard | None = None,
+        site_lost_timeout_s: float = 120.0,
+        cloud_backoff_s: float = 600.0,
     ):
         self.store = store
         self.drivers = drivers
@@ -80,6 +83,14 @@ class Controller:
         self._pending = usage.PendingWorkloads()
         self._seen: dict[str, dict[int, tuple]] = {}  # backend -> attempt -> what its last stored observation was
         self.waiting = waiting or WaitingBoard()  # why each pending job waits, for the API
+        # sites: a backend whose scheduler stops answering keeps its attempts UNKNOWN; those
+        # that never started move elsewhere after site_lost_timeout_s (fenced first, so they
+        # can never start there), and are cancelled there once it answers again; a cloud pool
+        # that had no capacity or reclaimed a node gets no new work for cloud_backoff_s
+        self.sites = SiteBoard()
+        self.site_lost_timeout_s = site_lost_timeout_s
+        self.cloud_backoff_s = cloud_backoff_s
+        self._abandoned: dict[str, list[AttemptRef]] = {}  # backend -> moved attempts to cancel there
         self._thread: threading.Thread | None = None
         for driver in drivers.values():
             driver.notify = self.wake  # e.g. a local supervisor exited: reconcile its end now
@@ -179,6 +190,7 @@ class Controller:
                 capacities if capacities is not None else flavor_capacities(tenancy, self.drivers),
                 now,
                 self.fair_share_half_life_s,
+                self.sites.states(tenancy, self.drivers),
             )
         decision = schedule(snap)
         self.waiting.publish(decision.pending)
@@ -228,13 +240,14 @@ class Controller:
         )
         job.attempts.append(attempt)
         borrowing = f", {grant.borrowed} borrowed from the cohort" if grant.borrowed else ""
+        placed = f"; {grant.placed}" if grant.placed else ""
         q.transition(
             session,
             job,
             Phase.ADMITTED,
             EventReason.QuotaReserved,
             attempt=attempt.number,
-            message=f"{job.gpus} {grant.flavor} GPU(s) reserved in {job.cluster_queue}{borrowing}",
+            message=f"{job.gpus} {grant.flavor} GPU(s) reserved in {job.cluster_queue}{borrowing}{placed}",
         )
         return job, attempt
 
@@ -296,8 +309,17 @@ class Controller:
         for gone in seen.keys() - refs.keys():
             del seen[gone]
         if not attempts:
+            if self.sites.unavailable(backend):
+                driver.capacity()  # raises while it still does not answer
+                self._answers_again(backend, driver)
             return
-        observations = driver.observe_attempts(list(refs.values()))
+        try:
+            observations = driver.observe_attempts(list(refs.values()))
+        except BackendUnreachable as exc:
+            observations = self._while_lost(backend, attempts, refs, str(exc))
+        else:
+            self._answers_again(backend, driver)
+            self._heed_notices(backend, driver, attempts, refs, observations)
         relaunch, hung, changed = [], [], {}
         for attempt in attempts:
             ref = refs[attempt.id]
@@ -322,6 +344,70 @@ class Controller:
             driver.cancel(ref)  # stop what is left of it; its retry is a new attempt
         for job, attempt in relaunch:
             self.launch(driver, job, attempt, resubmit=True)
+
+    # -- sites that go away --------------------------------------------------------------------
+    def _while_lost(
+        self, backend: str, attempts: list[Attempt], refs: dict[int, AttemptRef], why: str
+    ) -> dict[tuple[str, int], Observation]:
+        """Observations while a backend does not answer: UNKNOWN (never gone); an attempt that
+        never started moves after `site_lost_timeout_s`, once fenced (it can never start there)."""
+        lost_for = self.sites.lost(backend, why)
+        self._admission_due = True  # placement now avoids it
+        out = {}
+        for attempt in attempts:
+            ref = refs[attempt.id]
+            unknown = f"{backend} does not answer ({why}): the attempt's state is unknown, not lost"
+            obs = Observation(AttemptState.UNKNOWN, reason=unknown)
+            if (
+                lost_for >= self.site_lost_timeout_s
+                and attempt.started_at is None
+                and ref.dir.pass_gate(attempt.number, "fenced") == "fenced"
+            ):
+                obs = Observation(
+                    AttemptState.LOST,
+                    fault=Fault.CAPACITY,
+                    reason=f"moved: {backend} has not answered for {lost_for:.0f} s and the attempt had not started; "
+                    f"it is fenced (it can never start there) and cancelled there when {backend} answers again",
+                )
+                self._abandoned.setdefault(backend, []).append(ref)
+            out[ref.key] = obs
+        return out
+
+    def _answers_again(self, backend: str, driver: Driver) -> None:
+        if self.sites.reached(backend):
+            self._admission_due = True
+        for ref in self._abandoned.pop(backend, []):
+            self._isolated("cancel of a moved attempt", backend, partial(driver.cancel, ref))
+
+    def _heed_notices(
+        self,
+        backend: str,
+        driver: Driver,
+        attempts: list[Attempt],
+        refs: dict[int, AttemptRef],
+        observations: dict[tuple[str, int], Observation],
+    ) -> None:
+        """A node announced to go away (a spot reclaim): preempt what runs there, with the
+        checkpoint warning, and place nothing new on that backend for a while."""
+        notices = driver.node_notices()
+        if not notices:
+            return
+        now = utcnow()
+        warnings = []
+        with self.store.session() as session:
+            for attempt in attempts:
+                obs = observations.get(refs[attempt.id].key)
+                doomed = sorted(set(obs.nodes) & notices.keys()) if obs else []
+                if not doomed:
+                    continue
+                why = f"{doomed[0]} is being reclaimed ({notices[doomed[0]]})"
+                warning = self._start_preemption(session, Preemption(attempt.job_id, "", why), now)
+                if warning:
+                    warnings.append(warning[1])
+        if warnings:
+            self.sites.close(backend, self.cloud_backoff_s, f"it reclaimed {', '.join(sorted(notices))}")
+        for ref in warnings:
+            self._isolated("warn", backend, partial(driver.warn, ref))
 
     def _hung(self, obs: Observation, attempt: Attempt, stall_timeout_s: float | None) -> str | None:
         """Why a live attempt counts as hung: no heartbeat beyond the timeout (a frozen
@@ -396,6 +482,8 @@ class Controller:
         )
         fault = Fault.PREEMPTION if preempted else (None if job.cancel_requested else obs.fault)
         attempt.fault = fault
+        if fault is Fault.CAPACITY and not self.sites.unavailable(attempt.backend):
+            self.sites.close(attempt.backend, self.cloud_backoff_s, f"it had no capacity ({obs.reason})")
         q.add_event(
             session,
             job,

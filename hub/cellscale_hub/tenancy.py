@@ -306,6 +306,9 @@ class Tenancy(Strict):
         site = self.site_of(flavor)
         return site is not None and site.kind is SiteKind.cloud
 
+    def is_cloud_site(self, site: str) -> bool:
+        return self.sites[site].kind is SiteKind.cloud
+
     def fair_share_path(self, cluster_queue: str) -> list[str]:
         """Node names from the root down to the queue: cohorts as `cohort:NAME`, then `cq:NAME`."""
         cohort = self.cluster_queues[cluster_queue].cohort

@@ -5,9 +5,10 @@ admins see."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from cellscale.spec import FlavorUsage, QueueUsage
@@ -15,6 +16,7 @@ from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, QUOTA_HOLDING_PHASES, Fa
 from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.scheduling.sites import SiteState, Spend
 from cellscale_hub.store import totals
 from cellscale_hub.store.models import Attempt, Job, QueueTotal
 from cellscale_hub.tenancy import ResourceWeights, Tenancy
@@ -29,6 +31,7 @@ def snapshot(
     capacity: dict[str, int],
     now: datetime,
     half_life_s: float,
+    sites: Mapping[str, SiteState] | None = None,
 ) -> Snapshot:
     return Snapshot(
         tenancy=tenancy,
@@ -37,7 +40,40 @@ def snapshot(
         pending=tuple(pending),
         history=history(session, now, half_life_s, tenancy.resource_weights),
         now=now.timestamp(),
+        sites=sites or {},
+        spend=cloud_spend(session, tenancy, now) if sites else {},
     )
+
+
+def cloud_spend(session: Session, tenancy: Tenancy, now: datetime) -> dict[str, Spend]:
+    """Each budgeted tenant's cloud dollars over its budget's period (a rolling window): every
+    attempt on a cloud site's backend, billed as the cloud bills it, from the request for its
+    nodes (submit) to its end plus the site's idle tail, at the site's price."""
+    budgets = {name: t.budget for name, t in tenancy.tenants.items() if t.budget is not None}
+    clouds = {
+        f.backend: tenancy.sites[f.site] for f in tenancy.flavors.values() if f.site and tenancy.is_cloud_site(f.site)
+    }
+    if not budgets or not clouds:
+        return {}
+    since = now - timedelta(seconds=max(b.seconds for b in budgets.values()))
+    query = (
+        select(Job.tenant, Job.gpus, Attempt.backend, Attempt.submitted_at, Attempt.ended_at)
+        .join(Attempt, Attempt.job_id == Job.id)
+        .where(
+            Attempt.backend.in_(clouds),
+            Attempt.submitted_at.is_not(None),
+            Job.tenant.in_(budgets),
+            or_(Attempt.ended_at.is_(None), Attempt.ended_at > since),
+        )
+    )
+    spent: dict[str, float] = defaultdict(float)
+    t = now.timestamp()
+    for tenant, gpus, backend, submitted, ended in session.execute(query):
+        site = clouds[backend]
+        start = max(submitted.timestamp(), t - budgets[tenant].seconds)
+        end = ended.timestamp() + site.idle_tail_s if ended else t
+        spent[tenant] += gpus * max(0.0, min(end, t) - start) / 3600 * site.gpu_hour_usd
+    return {tenant: Spend(budget, spent.get(tenant, 0.0)) for tenant, budget in budgets.items()}
 
 
 class PendingWorkloads:

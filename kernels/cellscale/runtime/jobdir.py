@@ -34,6 +34,7 @@ import hashlib
 import hmac
 import json
 import os
+import secrets
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -162,6 +163,25 @@ class JobDir:
     def preempt_requested(self, attempt: int) -> bool:
         """The attempt was warned of preemption (a stat: cheap enough for every step)."""
         return self.preempt_notice(attempt).exists()
+
+    def gate(self, attempt: int) -> Path:
+        return self.attempt_dir(attempt) / "gate"
+
+    def pass_gate(self, attempt: int, claim: str) -> str:
+        """Claim the attempt for `claim` ("started": a node's supervisor; "fenced": the control
+        plane moved it elsewhere), unless it is claimed already; returns the claim that holds.
+        The first claim wins, atomically (a hard link fails if the gate exists, on NFS too):
+        an attempt the control plane fenced never starts, and one that started is never fenced."""
+        gate = self.gate(attempt)
+        tmp = gate.with_name(f"gate.{claim}.{os.getpid()}.{secrets.token_hex(4)}")
+        tmp.write_text(claim)
+        try:
+            os.link(tmp, gate)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+        return gate.read_text()
 
     def ray_done(self, attempt: int) -> Path:
         """Exists once node 0's Ray cell ended: the worker nodes leave the Ray cluster."""

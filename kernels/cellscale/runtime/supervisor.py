@@ -112,6 +112,8 @@ class Supervisor:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held until this process ends
         if self.job.read_exit(self.attempt, self.node) is not None or self.job.read_started(self.attempt, self.node):
             return 0  # this attempt already ran on this node: never run it twice
+        if self.job.pass_gate(self.attempt, "started") != "started":
+            return 0  # the control plane moved this attempt to another site while this one was cut off
         host = socket.gethostname()
         self.job.write_started(self.attempt, self.node, Started(pid=os.getpid(), host=host))
         log_fd = open_log(self.job.log)
