@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from cellscale.spec import AheadView, PendingView
+from cellscale.spec import AheadView, PendingView, SiteOfferView
 from cellscale_hub.scheduling.admission import PendingReason, Reasons
 
 
@@ -42,4 +42,19 @@ def pending_view(reason: PendingReason) -> PendingView:
         ],
         estimated_start=datetime.fromtimestamp(reason.estimated_start).astimezone() if reason.estimated_start else None,
         resource=reason.resource,
+        sites=[
+            SiteOfferView(
+                site=o.site,
+                flavor=o.flavor,
+                cloud=o.cloud,
+                fits_now=o.fits_now,
+                start_in_s=round(o.start_in_s, 1),
+                start_known=o.known,
+                usd=round(o.usd, 2),
+                move_gb=round(o.move_gb, 3),
+                move_usd=round(o.move_usd, 2),
+                excluded=o.excluded,
+            )
+            for o in reason.offers
+        ],
     )

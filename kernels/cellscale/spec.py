@@ -369,6 +369,21 @@ class AheadView(BaseModel):
     why: str = Field(description="e.g. borrowing, within its quota, next in queue, being preempted.")
 
 
+class SiteOfferView(BaseModel):
+    """One site a waiting job could go to, as placement weighed it."""
+
+    site: str
+    flavor: str
+    cloud: bool = False
+    fits_now: bool = Field(description="Its quota and the site's capacity would take it now.")
+    start_in_s: float = Field(description="Seconds until it could run there (boot and data transfer included).")
+    start_known: bool = Field(True, description="False: nothing in the way has a known end (an assumed wait).")
+    usd: float = Field(description="Estimated dollars there: its run at the site's price (cloud: boot and idle tail).")
+    move_gb: float = Field(0.0, description="Data and checkpoint it would move there.")
+    move_usd: float = Field(0.0, description="Egress for that.")
+    excluded: str | None = Field(None, description="Why it may not go there (budget, a stockout, a lost site).")
+
+
 class PendingView(BaseModel):
     """Why a job waits: structured, and in plain words."""
 
@@ -381,6 +396,7 @@ class PendingView(BaseModel):
     ahead: list[AheadView] = Field(default_factory=list)
     estimated_start: datetime | None = Field(None, description="If every holder runs to its time limit; null: unknown.")
     resource: Resource = Field(Resource.gpu, description="What it waits for: GPUs, CPU cores or memory (MiB).")
+    sites: list[SiteOfferView] = Field(default_factory=list, description="Every site it may use, when it has a choice.")
 
 
 class JobView(BaseModel):

@@ -33,7 +33,7 @@ def site_tenancy(burst: str = "allow", budget: float | None = None) -> Tenancy:
             "cluster_queues": {
                 desk: {
                     "cohort": "firm",
-                    "quotas": {"dca": {"nominal": 2}, "dcb": {"nominal": 2}, "burst": {"nominal": 4}},
+                    "quotas": {"dca": {"nominal": 2}, "dcb": {"nominal": 2}, "burst": {"nominal": 2}},
                 }
                 for desk in ("desk-a", "desk-b")
             },
@@ -162,3 +162,33 @@ def test_a_spot_reclaim_notice_preempts_with_the_checkpoint_warning(tmp_path, st
     assert requeued["backend"] != "dca"  # the reclaiming pool gets nothing new for a while
     plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice"))
     plane.run_until(job["id"], TERMINAL)
+
+
+def test_an_admin_sets_a_desks_cloud_policy_and_budget_audited(tmp_path, store):
+    plane = sites_plane(tmp_path, store, burst="never")
+    body = {"burst": "allow", "budget": {"usd": 250, "period": "week"}}
+    assert plane.http.put("/api/admin/tenants/desk-a/cloud", json=body, headers=plane.as_("alice")).status_code == 403
+    view = plane.http.put("/api/admin/tenants/desk-a/cloud", json=body, headers=plane.as_("admin")).json()
+    assert view["tenancy"]["tenants"]["desk-a"]["budget"] == {"usd": 250.0, "period": "week"}
+    assert view["tenancy"]["tenants"]["desk-a"]["burst"] == "allow"
+    audit = plane.http.get("/api/admin/audit", headers=plane.as_("admin")).json()[0]
+    assert (audit["action"], audit["target"]) == ("set-cloud", "tenants/desk-a/cloud")
+    assert audit["before"] == {"burst": "never", "budget": None}
+    missing = plane.http.put("/api/admin/tenants/nobody/cloud", json=body, headers=plane.as_("admin"))
+    assert missing.status_code == 404
+
+
+def test_a_budget_spent_keeps_the_desk_off_the_cloud_with_the_numbers(tmp_path, store):
+    plane = sites_plane(tmp_path, store, budget=1.0)
+    job = plane.submit(resources={"gpus_per_node": 1}, source="print('x')", site="burst").json()
+    plane.controller.cycle()
+    view = plane.http.get(f"/api/jobs/{job['id']}", headers=plane.as_("alice")).json()
+    assert view["phase"] == "PENDING"
+    pending = view["pending"]
+    assert (
+        "burst ≈1 min for ≈$2.56 (256% of desk-a's weekly budget): not allowed, would cost ≈$2.56 > $1.00 left"
+        in (pending["message"])
+    )
+    (offer,) = pending["sites"]
+    assert offer["site"] == "burst" and offer["cloud"] and offer["excluded"].startswith("would cost")
+    plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice"))

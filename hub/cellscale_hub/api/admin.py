@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -21,7 +21,7 @@ from cellscale_hub.drivers import flavor_capacities
 from cellscale_hub.scheduling.resources import UNLIMITED
 from cellscale_hub.store import usage
 from cellscale_hub.store.models import utcnow
-from cellscale_hub.tenancy import Quota, Tenancy
+from cellscale_hub.tenancy import Budget, Quota, Tenancy
 
 STATIC = Path(__file__).with_name("static")
 NODE_FAULT_FLAG = 2  # faults within the window that flag a node to admins
@@ -63,6 +63,13 @@ class TenancyView(BaseModel):
 class QuotaUpdate(Quota):
     """The whole new quota of one cluster queue on one flavor: GPUs, and `cpu` and `memory`
     where they are quota'd (a part left out is no longer quota'd)."""
+
+
+class CloudUpdate(BaseModel):
+    """A desk's cloud policy: whether its jobs may burst by default, and its budget (null: none)."""
+
+    burst: Literal["never", "allow"]
+    budget: Budget | None = None
 
 
 class WeightUpdate(BaseModel):
@@ -126,6 +133,22 @@ def routes(router: APIRouter) -> None:
         _change(
             ctx, who, "set-weight", f"cluster_queues/{name}/weight", _set_weight("cluster_queues", name, body.weight)
         )
+        return tenancy_view(who, ctx)
+
+    @router.put("/admin/tenants/{name}/cloud", response_model=TenancyView, responses=refusals(401, 403, 404, 413, 422))
+    def set_cloud(name: str, body: CloudUpdate, who: Admin, ctx: Ctx) -> TenancyView:
+        """Whether the desk bursts to cloud sites by default, and its cloud budget per period."""
+
+        def edit(doc: dict):
+            tenant = _lookup(doc["tenants"], name, "tenant")
+            before = {"burst": tenant.get("burst", "never"), "budget": tenant.get("budget")}
+            tenant["burst"] = body.burst
+            tenant.pop("budget", None)
+            if body.budget is not None:
+                tenant["budget"] = body.budget.model_dump()
+            return before, body.model_dump()
+
+        _change(ctx, who, "set-cloud", f"tenants/{name}/cloud", edit)
         return tenancy_view(who, ctx)
 
     @router.put("/admin/cohorts/{name}/weight", response_model=TenancyView, responses=refusals(401, 403, 404, 413, 422))

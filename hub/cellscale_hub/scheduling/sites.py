@@ -100,9 +100,8 @@ def offer(
     start_in_s = max(wait + (site.boot_s if state.cloud else 0.0), move_s)
     excluded = state.unavailable
     if excluded is None and state.cloud and spend is not None and usd + move_usd > spend.left_usd:
-        excluded = (
-            f"would cost ≈${usd + move_usd:,.0f} > ${spend.left_usd:,.0f} left of the {spend.budget.period}ly budget"
-        )
+        cost, left = usd_words(usd + move_usd), usd_words(spend.left_usd)
+        excluded = f"would cost ≈{cost} > {left} left of the {spend.budget.period}ly budget"
     return Offer(
         flavor,
         state.name,
@@ -125,6 +124,10 @@ def choose(offers: list[Offer]) -> Offer | None:
     return min(open_)[3] if open_ else None
 
 
+def usd_words(usd: float) -> str:
+    return f"${usd:,.2f}" if usd < 10 else f"${usd:,.0f}"
+
+
 def duration_words(seconds: float) -> str:
     if seconds < 60:
         return "now"
@@ -143,7 +146,7 @@ def offer_words(o: Offer, tenant: str, spend: Spend | None) -> str:
         when = f"not before {when}" if when != "now" else "unknown"
     words = f"{o.site} starts now" if when == "now" else f"{o.site} {when}"
     if o.cloud:
-        words += f" for ≈${o.total_usd:,.0f}"
+        words += f" for ≈{usd_words(o.total_usd)}"
         if spend is not None and spend.budget.usd > 0:
             words += f" ({o.total_usd / spend.budget.usd:.0%} of {tenant}'s {spend.budget.period}ly budget)"
     if o.move_gb > 0:

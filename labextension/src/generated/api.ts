@@ -335,6 +335,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/admin/tenants/{name}/cloud": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set Cloud
+         * @description Whether the desk bursts to cloud sites by default, and its cloud budget per period.
+         */
+        put: operations["set_cloud_api_admin_tenants__name__cloud_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/admin/cohorts/{name}/weight": {
         parameters: {
             query?: never;
@@ -515,6 +535,20 @@ export interface components {
              */
             memory_mb_per_node?: number | null;
         };
+        /**
+         * Budget
+         * @description A tenant's dollars per period for cloud capacity: placement never bursts past it.
+         */
+        Budget: {
+            /** Usd */
+            usd: number;
+            /**
+             * Period
+             * @default week
+             * @enum {string}
+             */
+            period: "day" | "week" | "month";
+        };
         /** BundleRef */
         BundleRef: {
             /** Sha256 */
@@ -556,6 +590,18 @@ export interface components {
              * @description Seconds from save() to commit.
              */
             write_s: number;
+        };
+        /**
+         * CloudUpdate
+         * @description A desk's cloud policy: whether its jobs may burst by default, and its budget (null: none).
+         */
+        CloudUpdate: {
+            /**
+             * Burst
+             * @enum {string}
+             */
+            burst: "never" | "allow";
+            budget?: components["schemas"]["Budget"] | null;
         };
         /**
          * ErrorBody
@@ -971,6 +1017,11 @@ export interface components {
              * @default gpu
              */
             resource: components["schemas"]["Resource"];
+            /**
+             * Sites
+             * @description Every site it may use, when it has a choice.
+             */
+            sites?: components["schemas"]["SiteOfferView"][];
         };
         /**
          * Phase
@@ -1146,6 +1197,59 @@ export interface components {
              * @default 0
              */
             user_error: number;
+        };
+        /**
+         * SiteOfferView
+         * @description One site a waiting job could go to, as placement weighed it.
+         */
+        SiteOfferView: {
+            /** Site */
+            site: string;
+            /** Flavor */
+            flavor: string;
+            /**
+             * Cloud
+             * @default false
+             */
+            cloud: boolean;
+            /**
+             * Fits Now
+             * @description Its quota and the site's capacity would take it now.
+             */
+            fits_now: boolean;
+            /**
+             * Start In S
+             * @description Seconds until it could run there (boot and data transfer included).
+             */
+            start_in_s: number;
+            /**
+             * Start Known
+             * @description False: nothing in the way has a known end (an assumed wait).
+             * @default true
+             */
+            start_known: boolean;
+            /**
+             * Usd
+             * @description Estimated dollars there: its run at the site's price (cloud: boot and idle tail).
+             */
+            usd: number;
+            /**
+             * Move Gb
+             * @description Data and checkpoint it would move there.
+             * @default 0
+             */
+            move_gb: number;
+            /**
+             * Move Usd
+             * @description Egress for that.
+             * @default 0
+             */
+            move_usd: number;
+            /**
+             * Excluded
+             * @description Why it may not go there (budget, a stockout, a lost site).
+             */
+            excluded?: string | null;
         };
         /** SubmitRequest */
         SubmitRequest: {
@@ -2231,6 +2335,77 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["WeightUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenancyView"];
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such job (or not visible to you), queue or flavor. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request body is larger than this route accepts. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    set_cloud_api_admin_tenants__name__cloud_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CloudUpdate"];
             };
         };
         responses: {
