@@ -304,3 +304,21 @@ def test_outputs_are_signed_with_the_kernels_key_and_checked_before_unpickling(t
     served["tag"] = None
     with pytest.raises(ResultUnverified, match="did not sign"):
         client.result("cs-000000000001")
+
+
+def test_a_fenced_attempt_never_starts_and_a_started_one_is_never_fenced(tmp_path):
+    """The gate the control plane claims before moving an attempt to another site."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    fenced = job_dir(tmp_path / "a", "print('ran')")
+    fenced.attempt_dir(1).mkdir(parents=True)
+    assert fenced.pass_gate(1, "fenced") == "fenced"
+    assert supervise(fenced).returncode == 0
+    assert fenced.read_started(1) is None and fenced.read_exit(1) is None
+    assert not fenced.log.exists() or "ran" not in fenced.log.read_text()
+
+    started = job_dir(tmp_path / "b", "print('ran')")
+    assert supervise(started).returncode == 0
+    assert started.pass_gate(1, "fenced") == "started"
+    assert "[rank 0] ran" in started.log.read_text()
+    assert sorted(p.name for p in started.attempt_dir(1).iterdir() if p.name.startswith("gate")) == ["gate"]
