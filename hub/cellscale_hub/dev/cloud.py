@@ -16,8 +16,8 @@ after a boot delay, and "terminates" it by killing that slurmd. What it simulate
   stop, at price-per-GPU-hour x the node's GPUs; the ledger is readable at GET /ledger;
 - spot reclaims (`reclaim NODE --notice S`): at once the node is drained with reason
   `spot-reclaim: terminating in S s` (what a reclaim notice looks like to cellscale), and
-  after S seconds its slurmd gets SIGKILL and the node is forced to power down, so it ends
-  powered-down idle (never DOWN).
+  after S seconds its slurmd gets SIGKILL and the node is set DOWN (ending its jobs) then
+  powered down, so it ends powered-down idle (`idle~`), never left DOWN.
 
 What stays unproven by it: a real cloud API's latency, errors, quotas and rate limits; real
 instance boot (images, cloud-init, network, shared filesystems, GPU drivers); addresses that
@@ -213,9 +213,12 @@ class Cloud:
     def _reclaim_later(self, node: str, notice: float) -> None:
         time.sleep(notice)
         self.stop(node, "reclaimed", signal.SIGKILL)
-        # the instance is gone: Slurm ends what ran there and powers the node down (idle~ after
-        # SuspendTimeout), rather than waiting SlurmdTimeout to mark it DOWN
-        self.scontrol("update", f"nodename={node}", "state=power_down_force", "reason=spot-reclaim: reclaimed")
+        # the instance is gone: DOWN ends what ran there at once (NODE_FAIL; otherwise Slurm
+        # waits SlurmdTimeout), then power_down returns the node to powered-down idle (idle~
+        # after SuspendTimeout). power_down_force alone left the job COMPLETING forever, its
+        # epilog never answered by the dead slurmd (measured on 22.05).
+        self.scontrol("update", f"nodename={node}", "state=down", "reason=spot-reclaim: reclaimed")
+        self.scontrol("update", f"nodename={node}", "state=power_down")
 
     def snapshot(self) -> dict:
         now = time.time()
