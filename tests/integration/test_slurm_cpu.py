@@ -169,7 +169,8 @@ def test_the_demo_config_runs_a_cpu_cell_on_slurm_cpu(tmp_path, slurm_cluster, a
 
 def _assoc(cluster, account: str) -> tuple[str, str]:
     """(GrpTRES, Fairshare) of the account's own association."""
-    out = cluster.run(["sacctmgr", "-n", "-P", "show", "assoc", f"account={account}", "format=user,grptres,fairshare"])
+    query = ["sacctmgr", "-n", "-P", "show", "assoc", "cluster=dca", f"account={account}"]
+    out = cluster.run([*query, "format=user,grptres,fairshare"])
     row = next(line.split("|") for line in out.stdout.splitlines() if line.startswith("|"))
     return row[1], row[2]
 

@@ -503,6 +503,8 @@ def test_an_errors_entry_in_json_is_unreachable_not_empty():
     with pytest.raises(BackendUnreachable, match="Failed while looking for jobs"):
         json_answer(["squeue", "--json"], answer)
     assert json_answer(["squeue", "--json"], '{"errors": [], "jobs": []}') == {"errors": [], "jobs": []}
+    nothing = {"errors": [{"error_number": 9003, "error": "Nothing found with query", "source": "slurmdb_jobs_get"}]}
+    assert json_answer(["sacct", "--json"], json.dumps({**nothing, "jobs": []}))["jobs"] == []
 
 
 def test_poll_of_an_unreachable_controller_raises():

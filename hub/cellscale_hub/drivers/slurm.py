@@ -927,7 +927,8 @@ def json_answer(argv: list[str], out: str) -> dict:
     """A `--json` answer; its `errors` (22.05 exits 0 with them when the controller does not
     answer, and an empty list of jobs or nodes) become BackendUnreachable."""
     answer = json.loads(out)
-    errors = answer.get("errors") or []
+    # sacct's "Nothing found with query" (no such job in accounting) is an answer, not an error
+    errors = [e for e in answer.get("errors") or [] if "nothing found" not in json.dumps(e).lower()]
     if errors:
         words = "; ".join(f"{e.get('source') or ''} {e.get('description') or e.get('error') or ''}" for e in errors)
         raise BackendUnreachable(f"{shlex.join(argv)}: Slurm answered with errors ({words.strip()})")
