@@ -1,6 +1,6 @@
 """A real multi-node Slurm cluster on one machine, for cellscale's tests and demos.
 
-    python -m cellscale_hub.dev.slurm up|down|status [--state-dir DIR]   (default /tmp/cellscale-slurm)
+    python -m cellscale_hub.dev.slurm up|down|status [--sites] [--state-dir DIR]   (default /tmp/cellscale-slurm)
 
 `up` builds, from Debian's own packages (slurm-wlm 22.05, slurmdbd, munge, MariaDB):
 
@@ -13,6 +13,13 @@
   (CR_Core_Memory); leaf switches under a spine (topology/tree), multifactor priority with
   fair share, QOS preemption (`high` preempts `normal`, jobs requeued), accounting with
   gres/gpu;
+- cluster `dca` (ClusterName; it was `cellscale`) also has partition `burst`: CLOUD nodes
+  c1-c4 (32 cores, 8 GPUs) powered up and down by Slurm's own power saving, through the
+  programs written into <state dir>/bin (resume, suspend, resume-fail, PrologSlurmctld);
+- with `--sites`: a second cluster `dcb` (own slurmctld, slurmds b1 and b2, partition gpu,
+  same slurmdbd, accounts, fair share and QOS), and the cloud simulation (dev/cloud.py) that
+  answers the burst partition's resume and suspend requests by starting and killing the cloud
+  nodes' slurmds. docs/sites.md;
 - Unix users alice and carol (account desk-a) and bob (account desk-b), so a job runs
   under its researcher's own identity (`runuser -u alice -- sbatch -A desk-a ...`) and is
   charged to its desk.
@@ -31,6 +38,9 @@ Measured on a 2-core Debian 12 machine (shared with other work), wall time of th
   new state dir: 9.1 s (10.8 s with four nodes, the same day: database init dominates);
 - `up` on a running cluster: ~1 s, and it starts nothing; `down`: ~2 s.
 Idle, all ten daemons: ~0.2% of one core, ~180 MB RSS (MariaDB ~115 MB of it; a slurmd ~6.5 MB).
+With `--sites` (same machine): `up --sites` with a new state dir 10.9 s; on a running
+topology 1.1 s; restarting a killed slurmctld (dcb's) 6.5 s. Idle, all 15 processes ~235 MB RSS
+(MariaDB ~120 MB, the cloud simulation ~23 MB, slurmctld dca ~17 MB, dcb ~9 MB).
 """
 
 from __future__ import annotations
