@@ -138,7 +138,7 @@ def main() -> int:
             ],
         ],
     )
-    print(f"boot delay {args.boot_delay} s: submit -> all ranks is {ratio(start, args.boot_delay)}x the boot delay")
+    print(f"boot delay {args.boot_delay} s: submit -> all ranks is {ratio(start, args.boot_delay):.2f}x the boot delay")
     seconds, dollars = sum(i["billed_s"] for i in instances), sum(i["dollars"] for i in instances)
     print(f"billed: {len(instances)} instances, {seconds} s, ${dollars:.4f}")
     write_results(
