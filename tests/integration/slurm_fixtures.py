@@ -1,10 +1,14 @@
-"""`slurm_cluster`: one real multi-node Slurm cluster (4 emulated nodes x 8 emulated GPUs,
-slurmdbd accounting, desks desk-a and desk-b) for the whole test session.
+"""`slurm_cluster`: the real multi-site Slurm topology for the whole test session: cluster dca
+(4 emulated nodes x 8 emulated GPUs, 2 CPU nodes, and the burst partition's CLOUD nodes
+c1-c4), cluster dcb (2 x 8 GPUs), one slurmdbd, desks desk-a and desk-b in both, and the
+cloud simulation behind the burst partition. CI shares this ONE set of clusters across all
+integration tests.
 
-It runs `python -m cellscale_hub.dev.slurm up` once (installing the Debian packages the first
+It runs `python -m cellscale_hub.dev.slurm up --sites` once (installing the Debian packages the first
 time) and yields a `SlurmCluster`: `.env` is what a client adds to its environment
-({"SLURM_CONF": ...}), `.state_dir` the cluster's folder, `.jobs_dir` a folder every researcher
-may write job output to. A cluster this session started is stopped at its end; one that was
+({"SLURM_CONF": dca's conf}), `.state_dir` the cluster's folder, `.jobs_dir` a folder every
+researcher may write job output to, `.sites.dcb_env` dcb's SLURM_CONF, `.cloud` a client of
+the cloud simulation (mode, reclaim, ledger). A cluster this session started is stopped at its end; one that was
 already running (a developer's) is left running. CELLSCALE_SLURM_STATE_DIR picks the state dir
 (default /tmp/cellscale-slurm); CELLSCALE_SLURM_KEEP=1 leaves the cluster running.
 
@@ -24,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from cellscale_hub.dev import cloud as dev_cloud
 from cellscale_hub.dev import slurm as dev_slurm
 
 TERMINAL_STATES = {
@@ -47,10 +52,26 @@ def settled(record: dict) -> bool:
 
 
 @dataclass(frozen=True)
+class Sites:
+    """The second site and the burst partition of the topology."""
+
+    dcb_env: dict[str, str]  # {"SLURM_CONF": dcb's conf}
+    clusters: tuple[str, ...] = (dev_slurm.CLUSTER, dev_slurm.DCB_CLUSTER)
+    burst_partition: str = dev_slurm.BURST_PARTITION
+    cloud_nodes: tuple[str, ...] = dev_slurm.CLOUD_NODES
+    dcb_nodes: tuple[str, ...] = dev_slurm.DCB_NODES
+
+
+@dataclass(frozen=True)
 class SlurmCluster:
     state_dir: Path
-    env: dict[str, str]  # {"SLURM_CONF": ...}
+    env: dict[str, str]  # {"SLURM_CONF": dca's conf}
     jobs_dir: Path
+    sites: Sites | None = None
+
+    @property
+    def cloud(self) -> dev_cloud.CloudClient:
+        return dev_cloud.CloudClient(self.state_dir)
 
     def client_env(self) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
@@ -120,11 +141,14 @@ class SlurmCluster:
         if job_ids:
             self.run(["scancel", *map(str, job_ids)], check=False)
 
-    def node_states(self) -> dict[str, dict]:
-        return {node["name"]: node for node in json.loads(self.run(["sinfo", "--json"]).stdout)["nodes"]}
+    def node_states(self, cloud: bool = False) -> dict[str, dict]:
+        """dca's nodes as sinfo --json describes them; the burst partition's CLOUD nodes only
+        with `cloud` (they are powered down, `idle~`, between bursts)."""
+        nodes = json.loads(self.run(["sinfo", "--json"]).stdout)["nodes"]
+        return {n["name"]: n for n in nodes if cloud or "CLOUD" not in n.get("state_flags", [])}
 
     def wait_idle(self, timeout: float = 60) -> dict[str, dict]:
-        """Until no job holds a node (jobs of earlier tests may still be completing)."""
+        """Until no job holds a static node (jobs of earlier tests may still be completing)."""
         deadline = time.monotonic() + timeout
         while True:
             nodes = self.node_states()
@@ -139,10 +163,12 @@ def slurm_cluster():
         pytest.skip("the Slurm dev cluster needs root on a Debian machine (it installs packages and adds users)")
     state_dir = Path(os.environ.get("CELLSCALE_SLURM_STATE_DIR", dev_slurm.DEFAULT_STATE_DIR))
     try:
-        cluster = dev_slurm.up(state_dir, log=lambda line: print(f"[slurm up] {line}"))
+        cluster = dev_slurm.up(state_dir, log=lambda line: print(f"[slurm up] {line}"), sites=True)
     except dev_slurm.ClusterError as exc:
         pytest.fail(f"the Slurm dev cluster did not start: {exc}")
     print(f"[slurm up] {'started' if cluster.started else 'already running'} in {cluster.seconds:.1f} s")
-    yield SlurmCluster(state_dir=cluster.state_dir, env=cluster.env, jobs_dir=cluster.jobs_dir)
+    yield SlurmCluster(
+        state_dir=cluster.state_dir, env=cluster.env, jobs_dir=cluster.jobs_dir, sites=Sites(dcb_env=cluster.dcb_env)
+    )
     if "slurmctld" in cluster.started and os.environ.get("CELLSCALE_SLURM_KEEP") != "1":
         dev_slurm.down(state_dir, log=lambda line: print(f"[slurm down] {line}"))

@@ -25,7 +25,7 @@ STEPS = 60  # total = 1 + ... + 60 = 1830 on an uninterrupted run
 def assoc(cluster, account: str) -> tuple[str, str]:
     """(GrpTRES, Fairshare) of the account's own association."""
     out = subprocess.run(
-        ["sacctmgr", "-n", "-P", "show", "assoc", f"account={account}", "format=user,grptres,fairshare"],
+        ["sacctmgr", "-n", "-P", "show", "assoc", "cluster=dca", f"account={account}", "format=user,grptres,fairshare"],
         env=cluster.env,
         capture_output=True,
         text=True,

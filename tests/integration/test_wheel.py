@@ -98,7 +98,9 @@ def test_dev_slurm_up_from_an_installed_wheel(wheel_venv, slurm_cluster, tmp_pat
     )
     templates, module = where.stdout.split()
     assert Path(templates).is_relative_to(wheel_venv) and Path(module).is_relative_to(wheel_venv), where.stdout
-    assert sorted(p.name for p in Path(templates).glob("*.in")) == sorted(f"{t}.in" for t in dev_slurm.TEMPLATES)
+    assert sorted(p.name for p in Path(templates).glob("*.in")) == sorted(
+        f"{t}.in" for t in [*dev_slurm.TEMPLATES, *dev_slurm.DCB_TEMPLATES]
+    )
 
     etc = slurm_cluster.state_dir / "etc"
     before = {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in etc.iterdir()}

@@ -4,6 +4,8 @@ Its behaviour against a real cluster is in tests/integration/test_slurm_backend.
 import dataclasses
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -11,14 +13,20 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from cellscale.spec import BackendView, JobSpec, Launcher
-from cellscale_hub.drivers.base import AttemptRef, SpecRejected
+from cellscale.vocabulary import AttemptState, Fault
+from cellscale_hub.drivers.base import AttemptRef, BackendUnreachable, SpecRejected
 from cellscale_hub.drivers.slurm import (
     AccountLimits,
     SlurmDriver,
     _gpus_of,
+    _slurm_minutes,
     _state,
     account_limits,
+    command_error,
+    expand_hostlist,
+    json_answer,
     master_port,
+    parse_estimate,
     sbatch_quote,
 )
 from cellscale_hub.scheduling.resources import Amounts
@@ -393,7 +401,12 @@ def scripted(partition: str, max_cpus: str, qos: str, qos_limits: str = "", **tr
             ("sinfo", "--json"): SINFO,
             ("scontrol", "-o", "show", "partition", partition): line,
             ("sacctmgr", "-n", "-P", "show", "qos", qos): qos_limits,
-            ("sacctmgr", "-n", "-P", "show", "account"): "desk-a\ndesk-b\n",
+            ("sacctmgr", "-n", "-P", "show", "assoc", "where", "cluster=dca"): "desk-a\ndesk-a\ndesk-b\n",
+            (
+                "scontrol",
+                "show",
+                "config",
+            ): "Configuration data as of 2026-12-03T15:30:00\nClusterName             = dca\n",
             ("sacctmgr", "-i", "modify", "account"): "",
         },
         **{"name": f"slurm-{partition}", "partition": partition, **traits},
@@ -437,7 +450,177 @@ def test_both_partitions_mirror_the_same_account_limits():
     writes = [[argv for argv in d.ran if argv[:3] == ["sacctmgr", "-i", "modify"]] for d in (gpu, cpu)]
     assert writes[0] == writes[1]
     # the scripted cluster: 2 GPU nodes and a CPU node, 16 GPUs, 72 cores, 288000M
+    # scoped to the backend's own cluster: another site's association of the desk is untouched
     assert [argv[5:] for argv in writes[0]] == [
-        ["name=desk-a", "set", "GrpTRES=cpu=72,mem=288000M,gres/gpu=16", "Fairshare=500"],
-        ["name=desk-b", "set", "GrpTRES=cpu=72,mem=-1,gres/gpu=16", "Fairshare=500"],
+        ["name=desk-a", "cluster=dca", "set", "GrpTRES=cpu=72,mem=288000M,gres/gpu=16", "Fairshare=500"],
+        ["name=desk-b", "cluster=dca", "set", "GrpTRES=cpu=72,mem=-1,gres/gpu=16", "Fairshare=500"],
     ]
+
+
+# -- sites: unreachable controllers, start estimates, notices, stockouts ---------------------------
+
+UNREACHABLE_SAMPLES = [
+    # measured on 22.05 with dcb's slurmctld killed (SIGKILL)
+    "slurm_load_jobs error: Unable to contact slurm controller (connect failure)",
+    "allocation failure: Unable to contact slurm controller (connect failure)",
+    "slurm_load_partitions error: Unable to contact slurm controller (connect failure)",
+    # slurmdbd down or cut off
+    "sacct: error: Problem talking to the database: Connection refused",
+    "sacctmgr: error: slurm_persist_conn_open_without_init: failed to open persistent connection",
+    "squeue: error: Socket timed out on send/recv operation",
+    "scancel: error: Zero Bytes were transmitted or received",
+]
+
+
+@pytest.mark.parametrize("stderr", UNREACHABLE_SAMPLES)
+def test_a_controller_that_does_not_answer_is_unreachable(stderr):
+    assert isinstance(command_error(["squeue"], 1, stderr), BackendUnreachable)
+
+
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
+        "scancel: error: Kill job error on job id 12: Invalid job id specified",
+        "sbatch: error: Batch job submission failed: Requested node configuration is not available",
+    ],
+)
+def test_other_failures_stay_plain_errors(stderr):
+    error = command_error(["sbatch"], 1, stderr)
+    assert type(error) is RuntimeError and stderr[-40:] in str(error)
+
+
+def test_an_errors_entry_in_json_is_unreachable_not_empty():
+    """22.05's squeue --json exits 0 with no jobs and an `errors` entry when the controller is down."""
+    answer = json.dumps(
+        {
+            "errors": [
+                {"description": "Failed while looking for jobs", "error_number": -1, "source": "slurm_load_jobs"}
+            ],
+            "jobs": [],
+        }
+    )
+    with pytest.raises(BackendUnreachable, match="Failed while looking for jobs"):
+        json_answer(["squeue", "--json"], answer)
+    assert json_answer(["squeue", "--json"], '{"errors": [], "jobs": []}') == {"errors": [], "jobs": []}
+    nothing = {"errors": [{"error_number": 9003, "error": "Nothing found with query", "source": "slurmdb_jobs_get"}]}
+    assert json_answer(["sacct", "--json"], json.dumps({**nothing, "jobs": []}))["jobs"] == []
+
+
+def test_poll_of_an_unreachable_controller_raises():
+    down = json.dumps({"errors": [{"error": "Unspecified error", "errno": -1}], "jobs": []})
+    driver = Scripted({("squeue", "--json"): down}, name="dcb")
+    attempt = dataclasses.replace(ref(JobSpec(source="x")), backend_ref="7")
+    with pytest.raises(BackendUnreachable):
+        driver.poll([attempt])
+
+
+def test_start_estimate_parsing():
+    line = "sbatch: Job 5 to start at 2026-12-06T20:09:10 using 2 processors on nodes b[1-2] in partition gpu"
+    assert parse_estimate(line) == time.mktime((2026, 12, 6, 20, 9, 10, 0, 0, -1))
+    assert parse_estimate("allocation failure: Requested node configuration is not available") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("c[1-2]", ["c1", "c2"]),
+        ("node[1,3-4],cpu1", ["node1", "node3", "node4", "cpu1"]),
+        ("b1", ["b1"]),
+        ("n[08-10]", ["n08", "n09", "n10"]),
+        ("", []),
+        ("None assigned", []),
+    ],
+)
+def test_hostlists_expand(text, names):
+    assert expand_hostlist(text) == names
+
+
+@pytest.mark.parametrize(
+    ("value", "minutes"), [("7-00:00:00", 7 * 1440), ("60", 60), ("1:30:00", 90), ("UNLIMITED", float("inf"))]
+)
+def test_partition_max_time(value, minutes):
+    assert _slurm_minutes(value) == minutes
+
+
+def sites_driver(idle: int, max_time: str = "7-00:00:00") -> Scripted:
+    nodes = [
+        {**node(f"c{i}", 32, 128000, "gpu:8", ["burst"]), "state": "idle" if i <= idle else "allocated"}
+        for i in range(1, 5)
+    ]
+    return Scripted(
+        {
+            ("sinfo", "--json"): json.dumps({"nodes": nodes}),
+            ("scontrol", "-o", "show", "partition", "burst"): f"PartitionName=burst MaxTime={max_time} QoS=N/A\n",
+            ("scontrol", "show", "config"): "ClusterName = dca\n",
+            ("sacctmgr", "-n", "-P", "show", "assoc"): "\nalice\ncarol\n",
+        },
+        name="burst",
+        partition="burst",
+        submit_as=[],
+    )
+
+
+def test_start_estimate_asks_sbatch_test_only_as_a_member_and_rejects_absurd_answers(monkeypatch):
+    ran = []
+
+    def fake(line):
+        def run(argv, timeout, env):
+            ran.append(argv)
+            return subprocess.CompletedProcess(argv, 0, "", line)
+
+        return run
+
+    soon = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 60))
+    far = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3.5 * 86400))
+    spec = JobSpec(source="x", resources={"nodes": 2, "gpus_per_node": 8})
+    driver = sites_driver(idle=4)
+    monkeypatch.setattr("cellscale_hub.proc.run", fake(f"sbatch: Job 9 to start at {soon} using 2 processors"))
+    assert abs(driver.start_estimate(spec, "desk-a") - (time.time() + 60)) < 2
+    argv = ran[-1]
+    assert argv[:3] == ["sbatch", "--test-only", "--account=desk-a"] and "--partition=burst" in argv
+    assert "--nodes=2" in argv and "--gres=gpu:8" in argv
+    # cached per shape: a second ask runs nothing
+    assert driver.start_estimate(spec, "desk-a") is not None and len(ran) == 1
+    # now + 3.5 days while 4 idle nodes could take the 2-node gang: unknown
+    driver = sites_driver(idle=4)
+    monkeypatch.setattr("cellscale_hub.proc.run", fake(f"sbatch: Job 9 to start at {far} using 2 processors"))
+    assert driver.start_estimate(spec, "desk-a") is None
+    # the same answer with the nodes busy is believed
+    driver = sites_driver(idle=1)
+    assert driver.start_estimate(spec, "desk-a") > time.time() + 3 * 86400
+    # Slurm refusing the job: no estimate
+    driver = sites_driver(idle=4)
+    monkeypatch.setattr(
+        "cellscale_hub.proc.run",
+        lambda argv, timeout, env: subprocess.CompletedProcess(
+            argv, 1, "", "Requested node configuration is not available"
+        ),
+    )
+    assert driver.start_estimate(spec, "desk-a") is None
+
+
+def test_node_notices_are_spot_reclaim_reasons_of_the_partition():
+    nodes = [
+        {**node("c1", 32, 128000, "gpu:8", ["burst"]), "reason": "spot-reclaim: terminating in 30 s"},
+        {**node("c2", 32, 128000, "gpu:8", ["burst"]), "reason": "stockout: no capacity"},
+        {**node("node1", 32, 128000, "gpu:8", ["gpu"]), "reason": "spot-reclaim: elsewhere"},
+    ]
+    driver = Scripted({("sinfo", "--json"): json.dumps({"nodes": nodes})}, name="burst", partition="burst")
+    assert driver.node_notices() == {"c1": "spot-reclaim: terminating in 30 s"}
+    driver.node_notices()
+    assert len(driver.ran) == 1  # one sinfo, reused
+
+
+def test_a_node_fail_on_stocked_out_cloud_nodes_is_a_capacity_fault(tmp_path):
+    """Measured on 22.05: a --no-requeue job whose resume got a stockout ends NODE_FAIL at once,
+    its nodes powered-down idle (idle~) with the reason the resume script set."""
+    reason = "stockout: InsufficientInstanceCapacity: no capacity"
+    nodes = [{**node(f"c{i}", 32, 128000, "gpu:8", ["burst"]), "state": "idle", "reason": reason} for i in (1, 2)]
+    driver = Scripted({("sinfo", "--json"): json.dumps({"nodes": nodes})}, name="burst", partition="burst")
+    attempt = dataclasses.replace(ref(JobSpec(source="x", resources={"nodes": 2})), backend_ref="2")
+    entry = {"job_id": 2, "state": {"current": "NODE_FAIL"}, "nodes": "c[1-2]", "allocation_nodes": 2}
+    seen = driver._observe(attempt, entry)
+    assert seen.fault is Fault.CAPACITY and seen.state is AttemptState.FAILED
+    assert seen.reason.startswith("the cloud had no capacity for c1, c2 (stockout)")
+    assert seen.nodes == ("c1", "c2") and seen.failed_nodes == ()

@@ -1,6 +1,6 @@
 """A real multi-node Slurm cluster on one machine, for cellscale's tests and demos.
 
-    python -m cellscale_hub.dev.slurm up|down|status [--state-dir DIR]   (default /tmp/cellscale-slurm)
+    python -m cellscale_hub.dev.slurm up|down|status [--sites] [--state-dir DIR]   (default /tmp/cellscale-slurm)
 
 `up` builds, from Debian's own packages (slurm-wlm 22.05, slurmdbd, munge, MariaDB):
 
@@ -13,6 +13,13 @@
   (CR_Core_Memory); leaf switches under a spine (topology/tree), multifactor priority with
   fair share, QOS preemption (`high` preempts `normal`, jobs requeued), accounting with
   gres/gpu;
+- cluster `dca` (ClusterName; it was `cellscale`) also has partition `burst`: CLOUD nodes
+  c1-c4 (32 cores, 8 GPUs) powered up and down by Slurm's own power saving, through the
+  programs written into <state dir>/bin (resume, suspend, resume-fail, PrologSlurmctld);
+- with `--sites`: a second cluster `dcb` (own slurmctld, slurmds b1 and b2, partition gpu,
+  same slurmdbd, accounts, fair share and QOS), and the cloud simulation (dev/cloud.py) that
+  answers the burst partition's resume and suspend requests by starting and killing the cloud
+  nodes' slurmds. docs/sites.md;
 - Unix users alice and carol (account desk-a) and bob (account desk-b), so a job runs
   under its researcher's own identity (`runuser -u alice -- sbatch -A desk-a ...`) and is
   charged to its desk.
@@ -31,6 +38,9 @@ Measured on a 2-core Debian 12 machine (shared with other work), wall time of th
   new state dir: 9.1 s (10.8 s with four nodes, the same day: database init dominates);
 - `up` on a running cluster: ~1 s, and it starts nothing; `down`: ~2 s.
 Idle, all ten daemons: ~0.2% of one core, ~180 MB RSS (MariaDB ~115 MB of it; a slurmd ~6.5 MB).
+With `--sites` (same machine): `up --sites` with a new state dir 10.9 s; on a running
+topology 1.1 s; restarting a killed slurmctld (dcb's) 6.5 s. Idle, all 15 processes ~235 MB RSS
+(MariaDB ~120 MB, the cloud simulation ~23 MB, slurmctld dca ~17 MB, dcb ~9 MB).
 """
 
 from __future__ import annotations
@@ -57,26 +67,48 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from cellscale_hub import proc
+from cellscale_hub.dev import cloud as cloud_sim
 from cellscale_hub.dev import users as unix_users
 
 DEFAULT_STATE_DIR = Path("/tmp/cellscale-slurm")
 TEMPLATE_DIR: Traversable = resources.files("cellscale_hub.dev") / "slurm_templates"  # package data
 TEMPLATES = ("slurm.conf", "gres.conf", "topology.conf", "slurmdbd.conf")
+DCB_TEMPLATES = {"dcb-slurm.conf": "slurm.conf", "dcb-gres.conf": "gres.conf"}  # template -> etc/dcb/NAME
 
 PACKAGES = ("slurm-wlm", "slurmdbd", "munge", "mariadb-server")
 NEVER_INSTALL = "slurm-wlm-emulator"  # replaces slurmctld/slurmd via alternatives; unconfigurable
 
-CLUSTER = "cellscale"
+CLUSTER = "dca"  # the first site (it was "cellscale" before the sites topology)
+DCB_CLUSTER = "dcb"  # the second site, `up --sites`
+LEGACY_CLUSTER = "cellscale"
 SLURM_USER = "slurm"
 DB_USER = "slurm"
 GPU_NODES = ("node1", "node2", "node3", "node4")
 CPU_NODES = ("cpu1", "cpu2")
-NODES = GPU_NODES + CPU_NODES
+NODES = GPU_NODES + CPU_NODES  # dca's static nodes
+CLOUD_NODES = ("c1", "c2", "c3", "c4")  # dca's partition burst: State=CLOUD, powered up on demand
+DCB_NODES = ("b1", "b2")
+BURST_PARTITION = "burst"
+# Slurm power saving of the burst partition, and the cloud simulation's defaults
+SUSPEND_TIME = 10  # s idle before a cloud node is powered down
+SUSPEND_TIMEOUT = 5  # s a power-down takes (then idle~)
+RESUME_TIMEOUT = 30  # s a booting node may take to register (then ResumeFailProgram)
+BOOT_DELAY = 3.0  # s the simulated cloud takes to "boot an instance" (start its slurmd)
+PRICE_PER_GPU_HOUR = 2.50  # $ the simulated cloud bills per GPU-hour, by the second
 GPUS_PER_NODE = 8
 CPU_PARTITION_QOS = "cpu-only"  # the cpu partition's QOS: no job there may take a GPU
 NVIDIA_MAJOR = 195
 TENANTS = {"desk-a": ("alice", "carol"), "desk-b": ("bob",)}
-DEFAULT_PORTS = {"mariadb": 16306, "slurmctld": 16817, "slurmdbd": 16819, "slurmd": 17001}
+DEFAULT_PORTS = {
+    "mariadb": 16306,
+    "slurmctld": 16817,
+    "slurmdbd": 16819,
+    "slurmd": 17001,
+    "dcb_slurmctld": 16827,
+    "cloud": 16900,
+    "cloud_slurmd": 17011,
+    "dcb_slurmd": 17021,
+}
 
 SBIN = Path("/usr/sbin")
 BIN = Path("/usr/bin")
@@ -111,6 +143,21 @@ class Layout:
     @property
     def dbd_conf(self) -> Path:
         return self.etc / "slurmdbd.conf"
+
+    @property
+    def dcb_conf(self) -> Path:
+        """Cluster dcb's slurm.conf (its own folder: slurmd reads gres.conf beside it)."""
+        return self.etc / "dcb" / "slurm.conf"
+
+    @property
+    def bin(self) -> Path:
+        """The programs slurmctld runs (power saving, PrologSlurmctld)."""
+        return self.root / "bin"
+
+    @property
+    def cloud(self) -> Path:
+        """The cloud simulation's config and token."""
+        return self.root / "cloud"
 
     @property
     def settings(self) -> Path:
@@ -161,8 +208,13 @@ class Layout:
 
     @property
     def env(self) -> dict[str, str]:
-        """What a Slurm client needs in its environment to talk to this cluster."""
+        """What a Slurm client needs in its environment to talk to this cluster (dca; it
+        reaches dcb too with `-M dcb`, through slurmdbd)."""
         return {"SLURM_CONF": str(self.conf)}
+
+    @property
+    def dcb_env(self) -> dict[str, str]:
+        return {"SLURM_CONF": str(self.dcb_conf)}
 
 
 def layout_for(state_dir: Path | str) -> Layout:
@@ -182,10 +234,23 @@ class Settings:
     slurmdbd_port: int
     slurmd_port_first: int
     db_password: str
+    # added with the sites topology: a settings.json from before gets them at the next `up`
+    dcb_slurmctld_port: int = 0
+    cloud_port: int = 0
+    cloud_slurmd_port_first: int = 0
+    dcb_slurmd_port_first: int = 0
 
     @property
     def slurmd_ports(self) -> dict[str, int]:
         return {node: self.slurmd_port_first + i for i, node in enumerate(NODES)}
+
+    @property
+    def cloud_slurmd_ports(self) -> dict[str, int]:
+        return {node: self.cloud_slurmd_port_first + i for i, node in enumerate(CLOUD_NODES)}
+
+    @property
+    def dcb_slurmd_ports(self) -> dict[str, int]:
+        return {node: self.dcb_slurmd_port_first + i for i, node in enumerate(DCB_NODES)}
 
 
 def short_hostname() -> str:
@@ -213,9 +278,23 @@ def pick_port(preferred: int, count: int = 1) -> int:
     raise ClusterError(f"no {count} free consecutive ports from {preferred}")
 
 
+SITES_PORTS = {  # Settings field -> (DEFAULT_PORTS key, consecutive ports)
+    "dcb_slurmctld_port": ("dcb_slurmctld", 1),
+    "cloud_port": ("cloud", 1),
+    "cloud_slurmd_port_first": ("cloud_slurmd", len(CLOUD_NODES)),
+    "dcb_slurmd_port_first": ("dcb_slurmd", len(DCB_NODES)),
+}
+
+
 def load_settings(layout: Layout) -> Settings:
     if layout.settings.exists():
         saved = json.loads(layout.settings.read_text())
+        missing = [name for name in SITES_PORTS if not saved.get(name)]
+        for name in missing:  # a state dir from before the sites topology
+            key, count = SITES_PORTS[name]
+            saved[name] = pick_port(DEFAULT_PORTS[key], count)
+        if missing:
+            write_private(layout.settings, json.dumps(saved, indent=2) + "\n")
         saved["hostname"] = short_hostname()
         return Settings(**saved)
     settings = Settings(
@@ -225,6 +304,7 @@ def load_settings(layout: Layout) -> Settings:
         slurmdbd_port=pick_port(DEFAULT_PORTS["slurmdbd"]),
         slurmd_port_first=pick_port(DEFAULT_PORTS["slurmd"], len(NODES)),
         db_password=secrets.token_hex(16),
+        **{name: pick_port(DEFAULT_PORTS[key], count) for name, (key, count) in SITES_PORTS.items()},
     )
     write_private(layout.settings, json.dumps(settings.__dict__, indent=2) + "\n")
     return settings
@@ -253,6 +333,14 @@ def template_values(layout: Layout, settings: Settings) -> dict[str, str]:
         "gpu_node_ports": f"{ports[GPU_NODES[0]]}-{ports[GPU_NODES[-1]]}",
         "cpu_node_ports": f"{ports[CPU_NODES[0]]}-{ports[CPU_NODES[-1]]}",
         "cpu_partition_qos": CPU_PARTITION_QOS,
+        "dcb_cluster": DCB_CLUSTER,
+        "dcb_slurmctld_port": str(settings.dcb_slurmctld_port),
+        "cloud_port": str(settings.cloud_port),
+        "cloud_node_ports": _port_range(settings.cloud_slurmd_ports),
+        "dcb_node_ports": _port_range(settings.dcb_slurmd_ports),
+        "suspend_time": str(SUSPEND_TIME),
+        "suspend_timeout": str(SUSPEND_TIMEOUT),
+        "resume_timeout": str(RESUME_TIMEOUT),
     }
     for key, value in values.items():
         if not SAFE_VALUE.fullmatch(value):
@@ -261,11 +349,20 @@ def template_values(layout: Layout, settings: Settings) -> dict[str, str]:
         ("mariadb_port", settings.mariadb_port),
         ("slurmctld_port", settings.slurmctld_port),
         ("slurmdbd_port", settings.slurmdbd_port),
+        ("dcb_slurmctld_port", settings.dcb_slurmctld_port),
+        ("cloud_port", settings.cloud_port),
         *((f"slurmd-{node}'s port", port) for node, port in ports.items()),
+        *((f"slurmd-{node}'s port", port) for node, port in settings.cloud_slurmd_ports.items()),
+        *((f"slurmd-{node}'s port", port) for node, port in settings.dcb_slurmd_ports.items()),
     ]:
         if not 1024 <= port <= 65535:
             raise ClusterError(f"{key}={port} is not a usable port")
     return values
+
+
+def _port_range(ports: Mapping[str, int]) -> str:
+    values = list(ports.values())
+    return f"{values[0]}-{values[-1]}"
 
 
 def render(name: str, values: Mapping[str, str], template_dir: Traversable = TEMPLATE_DIR) -> str:
@@ -283,8 +380,9 @@ def write_configs(layout: Layout, settings: Settings, template_dir: Traversable,
     values = template_values(layout, settings)
     slurm = pwd.getpwnam(SLURM_USER)
     changed = False
-    for name in TEMPLATES:
-        path = layout.etc / name
+    targets = [(name, layout.etc / name) for name in TEMPLATES]
+    targets += [(name, layout.dcb_conf.parent / target) for name, target in DCB_TEMPLATES.items()]
+    for name, path in targets:
         text = render(name, values, template_dir)
         existed = path.exists()
         if not existed or path.read_text() != text:
@@ -308,12 +406,17 @@ def make_root(layout: Layout) -> None:
 
 def make_dirs(layout: Layout) -> None:
     slurm = pwd.getpwnam(SLURM_USER)
-    for path in (layout.etc, layout.run, layout.log, layout.spool, layout.dev, layout.munge, layout.mysql):
+    for path in (layout.etc, layout.run, layout.log, layout.spool, layout.dev, layout.munge, layout.mysql, layout.bin):
         path.mkdir(mode=0o755, exist_ok=True)
-    ctld_spool = layout.spool / "slurmctld"
-    ctld_spool.mkdir(mode=0o700, exist_ok=True)
-    os.chown(ctld_spool, slurm.pw_uid, slurm.pw_gid)  # slurmctld runs as SlurmUser
-    for node in NODES:
+    layout.dcb_conf.parent.mkdir(mode=0o755, exist_ok=True)
+    layout.cloud.mkdir(mode=0o750, exist_ok=True)
+    os.chown(layout.cloud, 0, slurm.pw_gid)  # the power scripts (run as slurm) read its config and token
+    for name in ("slurmctld", "slurmctld-dcb"):
+        ctld_spool = layout.spool / name
+        ctld_spool.mkdir(mode=0o700, exist_ok=True)
+        os.chown(ctld_spool, slurm.pw_uid, slurm.pw_gid)  # slurmctld runs as SlurmUser
+    # every node's spool up front, the cloud nodes' too (slurmd -b logs an error otherwise)
+    for node in NODES + CLOUD_NODES + DCB_NODES:
         (layout.spool / f"slurmd-{node}").mkdir(mode=0o755, exist_ok=True)
     layout.jobs.mkdir(exist_ok=True)
     os.chmod(layout.jobs, 0o1777)  # every researcher's job writes its output here
@@ -341,11 +444,73 @@ def make_munge_key(layout: Layout) -> None:
         out.write(secrets.token_bytes(1024))
 
 
+def write_cloud_files(layout: Layout, settings: Settings, log: Log) -> None:
+    """The cloud simulation's config and token, and the programs slurmctld runs for the burst
+    partition (ResumeProgram, SuspendProgram, ResumeFailProgram, PrologSlurmctld)."""
+    slurm = pwd.getpwnam(SLURM_USER)
+    token = layout.cloud / "token"
+    if not token.exists():
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        with os.fdopen(fd, "w") as out:
+            out.write(cloud_sim.new_token() + "\n")
+    os.chown(token, 0, slurm.pw_gid)  # root and the slurm group only
+    os.chmod(token, 0o640)
+    power_log = layout.log / "power.log"
+    power_log.touch(exist_ok=True)
+    os.chown(power_log, slurm.pw_uid, slurm.pw_gid)
+    config = {
+        "state_dir": str(layout.root),
+        "port": settings.cloud_port,
+        "slurm_conf": str(layout.conf),
+        "nodes": dict.fromkeys(CLOUD_NODES, GPUS_PER_NODE),
+        "price_per_gpu_hour": PRICE_PER_GPU_HOUR,
+        "boot_delay": BOOT_DELAY,
+        "resume_timeout": RESUME_TIMEOUT,
+        "token_file": str(token),
+        "log_dir": str(layout.log),
+        "power_log": str(power_log),
+        "slurmd": str(SBIN / "slurmd"),
+        "scontrol": str(BIN / "scontrol"),
+        "sinfo": str(BIN / "sinfo"),
+    }
+    text = json.dumps(config, indent=2) + "\n"
+    path = cloud_sim.config_path(layout.root)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+        os.chmod(path, 0o644)
+    for program, kind in cloud_sim.POWER_PROGRAMS.items():
+        script = layout.bin / program
+        text = cloud_sim.power_script(kind, path)
+        if not script.exists() or script.read_text() != text:
+            script.write_text(text)
+            log(f"wrote {script}")
+        os.chmod(script, 0o755)
+
+
+def clear_foreign_ctld_state(layout: Layout, log: Log) -> None:
+    """slurmctld dies on "CLUSTER NAME MISMATCH" when its StateSaveLocation was made under
+    another ClusterName (this cluster was "cellscale" before it became dca): clear it (jobs
+    and node states only; accounting stays in slurmdbd). Only while no slurmctld runs."""
+    for name, cluster in (("slurmctld", CLUSTER), ("slurmctld-dcb", DCB_CLUSTER)):
+        spool = layout.spool / name
+        saved = spool / "clustername"
+        made_for = saved.read_text().strip() if saved.exists() else cluster
+        if made_for != cluster and not pid_of(layout, name):
+            for entry in spool.iterdir():
+                if entry.is_file() or entry.is_symlink():
+                    entry.unlink()
+                else:
+                    subprocess.run(["rm", "-rf", "--", str(entry)], check=False)
+            log(f"cleared {spool}: it was made for cluster {made_for!r}, not {cluster!r}")
+
+
 def prepare_state(layout: Layout, template_dir: Traversable, log: Log) -> Settings:
     make_dirs(layout)
     settings = load_settings(layout)
-    if write_configs(layout, settings, template_dir, log) and any(pid_of(layout, d) for d in daemon_names()):
+    if write_configs(layout, settings, template_dir, log) and any(pid_of(layout, d) for d in daemon_names(True)):
         log("config changed while daemons run: `down` then `up` to apply it")
+    write_cloud_files(layout, settings, log)
+    clear_foreign_ctld_state(layout, log)
     make_gpu_devices(layout)
     make_munge_key(layout)
     return settings
@@ -456,12 +621,30 @@ class Daemon:
     ports: tuple[int, ...] = ()
 
 
-def daemon_names() -> list[str]:
-    """In start order; `down` stops them in reverse."""
-    return ["munged", "mariadb", "slurmdbd", "slurmctld", *(f"slurmd-{node}" for node in NODES)]
+def daemon_names(sites: bool = False) -> list[str]:
+    """In start order; `down` stops them in reverse. With `sites`: the cloud simulation and
+    cluster dcb too (the cloud nodes' slurmds are the cloud's, see `cloud_slurmd_names`)."""
+    names = ["munged", "mariadb", "slurmdbd"]
+    if sites:
+        names.append("cloud")
+    names.append("slurmctld")
+    if sites:
+        names.append("slurmctld-dcb")
+    names += [f"slurmd-{node}" for node in NODES]
+    if sites:
+        names += [f"slurmd-{node}" for node in DCB_NODES]
+    return names
+
+
+def cloud_slurmd_names() -> list[str]:
+    """The burst nodes' slurmds: started and stopped by the cloud simulation, not by `up`;
+    `down` stops any it left behind (by their pid files)."""
+    return [f"slurmd-{node}" for node in CLOUD_NODES]
 
 
 def executable(name: str) -> str:
+    if name == "cloud":
+        return Path(sys.executable).name
     return {"mariadb": "mariadbd", "munged": "munged"}.get(name, name.split("-")[0])
 
 
@@ -504,6 +687,14 @@ def daemons(layout: Layout, settings: Settings) -> dict[str, Daemon]:
     ]
     for node, port in settings.slurmd_ports.items():
         found.append(Daemon(f"slurmd-{node}", (str(SBIN / "slurmd"), "-D", "-N", node, "-f", conf), (port,)))
+    # the second site and the cloud simulation (`up --sites`)
+    dcb = str(layout.dcb_conf)
+    found.append(Daemon("slurmctld-dcb", (str(SBIN / "slurmctld"), "-D", "-f", dcb), (settings.dcb_slurmctld_port,)))
+    for node, port in settings.dcb_slurmd_ports.items():
+        found.append(Daemon(f"slurmd-{node}", (str(SBIN / "slurmd"), "-D", "-N", node, "-f", dcb), (port,)))
+    cloud_script = str(Path(cloud_sim.__file__).resolve())  # stdlib-only: runs as a plain script
+    cloud_argv = (sys.executable, "-I", cloud_script, "--state-dir", str(layout.root), "serve")
+    found.append(Daemon("cloud", cloud_argv, (settings.cloud_port,)))
     return {daemon.name: daemon for daemon in found}
 
 
@@ -555,7 +746,10 @@ def start(daemon: Daemon, layout: Layout, log: Log) -> subprocess.Popen[bytes] |
         raise ClusterError(
             f"{daemon.name}: port {busy[0]} is taken by another program; delete {layout.settings} to choose new ports"
         )
-    child = proc.spawn_detached(daemon.argv, cwd=layout.root, log=layout.console(daemon.name), env=daemon_env(layout))
+    env = daemon_env(layout)
+    if daemon.name.endswith("-dcb") or daemon.name in (f"slurmd-{node}" for node in DCB_NODES):
+        env.update(layout.dcb_env)
+    child = proc.spawn_detached(daemon.argv, cwd=layout.root, log=layout.console(daemon.name), env=env)
     _children[child.pid] = child
     layout.pidfile(daemon.name).write_text(f"{child.pid}\n")
     log(f"started {daemon.name} (pid {child.pid})")
@@ -641,7 +835,7 @@ def sacctmgr_rows(layout: Layout, *args: str) -> list[list[str]]:
     return [line.split("|") for line in output.splitlines() if line.strip()]
 
 
-def start_slurmdbd(layout: Layout, settings: Settings, log: Log) -> bool:
+def start_slurmdbd(layout: Layout, settings: Settings, log: Log, clusters: Sequence[str] = (CLUSTER,)) -> bool:
     child = start(daemons(layout, settings)["slurmdbd"], layout, log)
     if child:
 
@@ -649,9 +843,14 @@ def start_slurmdbd(layout: Layout, settings: Settings, log: Log) -> bool:
             return sacctmgr(layout, "-n", "-P", "show", "cluster", check=False).returncode == 0
 
         wait_for(answers, "slurmdbd", 90, child, layout.console("slurmdbd"))
-    if [CLUSTER] not in sacctmgr_rows(layout, "cluster", "format=cluster"):
-        sacctmgr(layout, "-i", "add", "cluster", CLUSTER)  # before slurmctld starts
-        log(f"registered cluster {CLUSTER} in accounting")
+    known = sacctmgr_rows(layout, "cluster", "format=cluster")
+    if [LEGACY_CLUSTER] in known:  # this state dir's cluster before it was renamed dca
+        sacctmgr(layout, "-i", "delete", "cluster", LEGACY_CLUSTER)
+        log(f"removed the old cluster {LEGACY_CLUSTER} from accounting (now {CLUSTER})")
+    for cluster in clusters:
+        if [cluster] not in known:
+            sacctmgr(layout, "-i", "add", "cluster", cluster)  # before its slurmctld starts
+            log(f"registered cluster {cluster} in accounting")
     return child is not None
 
 
@@ -672,81 +871,107 @@ def limit_partition_qos(layout: Layout, log: Log) -> None:
         log(f"QOS {CPU_PARTITION_QOS}: no GPUs")
 
 
-def start_slurmctld(layout: Layout, settings: Settings, log: Log) -> bool:
-    child = start(daemons(layout, settings)["slurmctld"], layout, log)
+def cluster_env(layout: Layout, cluster: str) -> dict[str, str]:
+    env = client_env(layout)
+    if cluster == DCB_CLUSTER:
+        env.update(layout.dcb_env)
+    return env
+
+
+def start_slurmctld(layout: Layout, settings: Settings, log: Log, name: str = "slurmctld") -> bool:
+    child = start(daemons(layout, settings)[name], layout, log)
     if child:
+        env = cluster_env(layout, DCB_CLUSTER if name == "slurmctld-dcb" else CLUSTER)
 
         def answers() -> bool:
-            result = run_cmd([str(BIN / "scontrol"), "ping"], env=client_env(layout), check=False)
+            result = run_cmd([str(BIN / "scontrol"), "ping"], env=env, check=False)
             return result.returncode == 0 and " is UP" in result.stdout
 
-        wait_for(answers, "slurmctld", 60, child, layout.console("slurmctld"))
+        wait_for(answers, name, 60, child, layout.console(name))
     return child is not None
 
 
-def start_slurmds(layout: Layout, settings: Settings, log: Log) -> bool:
+def start_slurmds(layout: Layout, settings: Settings, log: Log, nodes: Sequence[str] = NODES) -> bool:
     started = False
-    for node in NODES:
+    for node in nodes:
         started = start(daemons(layout, settings)[f"slurmd-{node}"], layout, log) is not None or started
     return started
 
 
-def node_states(layout: Layout) -> dict[str, str]:
-    result = run_cmd([str(BIN / "sinfo"), "-h", "-N", "-o", "%N %T"], env=client_env(layout), check=False)
+def node_states(layout: Layout, cluster: str = CLUSTER) -> dict[str, str]:
+    """Every node of the cluster and its state as `sinfo -o %t` writes it: `idle`, `alloc`,
+    and for the cloud nodes the power-saving suffixes (`idle~` powered down, `#` powering up,
+    `%` powering down)."""
+    result = run_cmd([str(BIN / "sinfo"), "-h", "-N", "-o", "%N %t"], env=cluster_env(layout, cluster), check=False)
     return dict(line.split(maxsplit=1) for line in result.stdout.splitlines() if line.strip())
 
 
-def wait_nodes_ready(layout: Layout, log: Log, timeout: float = 90) -> None:
-    """Until every node answers and takes jobs; nodes left down or drained by an earlier session are resumed."""
+READY_SHORT_STATES = {"idle", "mix", "alloc", "comp"}
+
+
+def wait_nodes_ready(
+    layout: Layout, log: Log, timeout: float = 90, cluster: str = CLUSTER, nodes: Sequence[str] = NODES
+) -> None:
+    """Until every static node answers and takes jobs; nodes left down or drained by an
+    earlier session are resumed. Cloud nodes may be in any power state (powered down: idle~)."""
     deadline = time.monotonic() + timeout
     states: dict[str, str] = {}
     while time.monotonic() < deadline:
-        states = node_states(layout)
-        if set(states) == set(NODES) and all(state in READY_NODE_STATES for state in states.values()):
+        states = {node: state for node, state in node_states(layout, cluster).items() if node in nodes}
+        if set(states) == set(nodes) and all(state in READY_SHORT_STATES for state in states.values()):
             return
         for node, state in states.items():
-            if state in ("down", "drained", "draining"):
-                run_cmd([str(BIN / "scontrol"), "update", f"nodename={node}", "state=resume"], env=client_env(layout))
+            if state.rstrip("*") in ("down", "drain", "drng"):
+                run_cmd(
+                    [str(BIN / "scontrol"), "update", f"nodename={node}", "state=resume"],
+                    env=cluster_env(layout, cluster),
+                )
                 log(f"resumed {node} (was {state})")
         time.sleep(0.3)
-    raise ClusterError(f"nodes not ready within {timeout:.0f} s: {states}{log_tail(layout.console('slurmd-node1'))}")
+    raise ClusterError(
+        f"{cluster}: nodes not ready within {timeout:.0f} s: {states}{log_tail(layout.console('slurmd-' + nodes[0]))}"
+    )
 
 
-def wait_controller_registered(layout: Layout, timeout: float = 60) -> None:
+def wait_controller_registered(layout: Layout, timeout: float = 60, cluster: str = CLUSTER) -> None:
     """slurmctld has connected to slurmdbd (GRES TRES are unknown to accounting before that)."""
 
     def registered() -> bool:
-        rows = sacctmgr_rows(layout, "cluster", CLUSTER, "format=controlhost")
+        rows = sacctmgr_rows(layout, "cluster", cluster, "format=controlhost")
         return bool(rows and rows[0][0])
 
-    wait_for(registered, "slurmctld registering with slurmdbd", timeout, None, layout.console("slurmctld"))
+    ctld = "slurmctld-dcb" if cluster == DCB_CLUSTER else "slurmctld"
+    wait_for(registered, f"{ctld} registering with slurmdbd", timeout, None, layout.console(ctld))
 
 
-def ensure_accounts(layout: Layout, log: Log) -> None:
-    """QOS high (preempts normal), one account per desk, each researcher in their desk's account."""
+def ensure_accounts(layout: Layout, log: Log, clusters: Sequence[str] = (CLUSTER,)) -> None:
+    """QOS high (preempts normal), one account per desk, each researcher in their desk's
+    account, in every cluster (one association per cluster)."""
     if ["high"] not in sacctmgr_rows(layout, "qos", "format=name"):
         sacctmgr(layout, "-i", "add", "qos", "high", "Priority=100", "Preempt=normal", "PreemptMode=requeue")
         log("added QOS high (preempts normal)")
-    accounts = {row[0] for row in sacctmgr_rows(layout, "account", "format=account")}
+    rows = sacctmgr_rows(layout, "assoc", f"cluster={','.join(clusters)}", "format=cluster,account,user")
+    have = {tuple(row) for row in rows}
     for account in TENANTS:
-        if account not in accounts:
+        missing = [c for c in clusters if (c, account, "") not in have]
+        if missing:
             sacctmgr(
                 layout,
                 "-i",
                 "add",
                 "account",
                 account,
-                f"Cluster={CLUSTER}",
+                f"Cluster={','.join(missing)}",
                 f"Description={account}",
                 "Organization=cellscale",
                 "QOS=normal,high",
                 "DefaultQOS=normal",
             )
-            log(f"added account {account}")
-    pairs = {tuple(row) for row in sacctmgr_rows(layout, "assoc", f"cluster={CLUSTER}", "format=account,user")}
+            log(f"added account {account} in {', '.join(missing)}")
     for account, users in TENANTS.items():
         for user in users:
-            if (account, user) not in pairs:
+            missing = [c for c in clusters if (c, account, user) not in have]
+            if missing:
                 sacctmgr(
                     layout,
                     "-i",
@@ -755,23 +980,23 @@ def ensure_accounts(layout: Layout, log: Log) -> None:
                     user,
                     f"Account={account}",
                     f"DefaultAccount={account}",
-                    f"Cluster={CLUSTER}",
+                    f"Cluster={','.join(missing)}",
                 )
-                log(f"added {user} to {account}")
+                log(f"added {user} to {account} in {', '.join(missing)}")
 
 
-def wait_controller_knows_users(layout: Layout, timeout: float = 30) -> None:
+def wait_controller_knows_users(layout: Layout, timeout: float = 30, cluster: str = CLUSTER) -> None:
     """slurmdbd pushes new associations to slurmctld asynchronously: wait until a job would be accepted."""
     wanted = {user for users in TENANTS.values() for user in users}
 
     def known() -> bool:
         result = run_cmd(
-            [str(BIN / "scontrol"), "show", "assoc_mgr", "flags=users"], env=client_env(layout), check=False
+            [str(BIN / "scontrol"), "show", "assoc_mgr", "flags=users"], env=cluster_env(layout, cluster), check=False
         )
         seen = set(re.findall(r"UserName=([^(\s]+)", result.stdout))
         return wanted <= seen
 
-    wait_for(known, "slurmctld learning the researchers' associations", timeout)
+    wait_for(known, f"{cluster}'s slurmctld learning the researchers' associations", timeout)
 
 
 # ---------------------------------------------------------------------------- up, down, status
@@ -784,6 +1009,7 @@ class Cluster:
     state_dir: Path
     started: tuple[str, ...]  # what this `up` started; empty when the cluster already ran
     seconds: float
+    sites: bool = False  # dcb and the cloud simulation run too
 
     @property
     def layout(self) -> Layout:
@@ -799,11 +1025,22 @@ class Cluster:
         """Writable by every researcher (mode 1777): put job output here."""
         return self.layout.jobs
 
+    @property
+    def dcb_env(self) -> dict[str, str]:
+        """{"SLURM_CONF": dcb's slurm.conf}, for a client (or a backend) of the second site."""
+        return self.layout.dcb_env
+
 
 def up(
-    state_dir: Path | str = DEFAULT_STATE_DIR, *, template_dir: Traversable = TEMPLATE_DIR, log: Log = print
+    state_dir: Path | str = DEFAULT_STATE_DIR,
+    *,
+    template_dir: Traversable = TEMPLATE_DIR,
+    log: Log = print,
+    sites: bool = False,
 ) -> Cluster:
-    """Install, configure and start the cluster; on a running cluster only check it."""
+    """Install, configure and start the cluster; on a running cluster only check it (and
+    start what is missing). `sites`: also the second cluster dcb and the cloud simulation
+    behind dca's burst partition."""
     began = time.monotonic()
     require_root()
     layout = layout_for(state_dir)
@@ -813,21 +1050,48 @@ def up(
     make_root(layout)
     with exclusive(layout):  # a second `up` (another test session) waits, then finds it running
         settings = prepare_state(layout, template_dir, log)
-        before = {name for name in daemon_names() if pid_of(layout, name)}
+        names = daemon_names(sites)
+        clusters = (CLUSTER, DCB_CLUSTER) if sites else (CLUSTER,)
+        before = {name for name in names if pid_of(layout, name)}
         start_munge(layout, settings, log)
         start_mariadb(layout, settings, log)
-        start_slurmdbd(layout, settings, log)
+        start_slurmdbd(layout, settings, log, clusters)
         ensure_partition_qos(layout, log)
+        if sites:
+            start_cloud(layout, settings, log)
         start_slurmctld(layout, settings, log)
+        if sites:
+            start_slurmctld(layout, settings, log, "slurmctld-dcb")
         start_slurmds(layout, settings, log)
-        started = tuple(name for name in daemon_names() if name not in before)
+        if sites:
+            start_slurmds(layout, settings, log, DCB_NODES)
+        started = tuple(name for name in names if name not in before)
         if started:
             wait_nodes_ready(layout, log)
             wait_controller_registered(layout)
+            if sites:
+                wait_nodes_ready(layout, log, cluster=DCB_CLUSTER, nodes=DCB_NODES)
+                wait_controller_registered(layout, cluster=DCB_CLUSTER)
         limit_partition_qos(layout, log)
-        ensure_accounts(layout, log)
-        wait_controller_knows_users(layout)
-    return Cluster(layout.root, started, time.monotonic() - began)
+        ensure_accounts(layout, log, clusters)
+        for cluster in clusters:
+            wait_controller_knows_users(layout, cluster=cluster)
+    return Cluster(layout.root, started, time.monotonic() - began, sites)
+
+
+def start_cloud(layout: Layout, settings: Settings, log: Log) -> bool:
+    child = start(daemons(layout, settings)["cloud"], layout, log)
+    if child:
+
+        def answers() -> bool:
+            try:
+                cloud_sim.CloudClient(layout.root, timeout=2).ledger()
+            except cloud_sim.CloudError:
+                return False
+            return True
+
+        wait_for(answers, "cloud simulation", 20, child, layout.console("cloud"))
+    return child is not None
 
 
 @contextmanager
@@ -838,16 +1102,17 @@ def exclusive(layout: Layout) -> Iterator[None]:
         yield
 
 
-def cancel_jobs(layout: Layout, log: Log, timeout: float = 20) -> None:
+def cancel_jobs(layout: Layout, log: Log, cluster: str = CLUSTER, timeout: float = 20) -> None:
     """Cancel every job of this cluster, so no job step outlives its slurmd."""
+    env = cluster_env(layout, cluster)
     squeue = [str(BIN / "squeue"), "-h", "-o", "%i"]
-    ids = run_cmd(squeue, env=client_env(layout), check=False).stdout.split()
+    ids = run_cmd(squeue, env=env, check=False).stdout.split()
     if not ids:
         return
-    run_cmd([str(BIN / "scancel"), *ids], env=client_env(layout), check=False)
-    log(f"cancelled {len(ids)} job(s)")
+    run_cmd([str(BIN / "scancel"), *ids], env=env, check=False)
+    log(f"cancelled {len(ids)} job(s) of {cluster}")
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and run_cmd(squeue, env=client_env(layout), check=False).stdout.split():
+    while time.monotonic() < deadline and run_cmd(squeue, env=env, check=False).stdout.split():
         time.sleep(0.3)
 
 
@@ -861,7 +1126,10 @@ def down(state_dir: Path | str = DEFAULT_STATE_DIR, *, log: Log = print) -> None
     with exclusive(layout):
         if pid_of(layout, "slurmctld"):
             cancel_jobs(layout, log)
-        stopped = [name for name in reversed(daemon_names()) if stop(name, layout, log)]
+        if pid_of(layout, "slurmctld-dcb"):
+            cancel_jobs(layout, log, DCB_CLUSTER)
+        names = [*cloud_slurmd_names(), *reversed(daemon_names(True))]
+        stopped = [name for name in names if stop(name, layout, log)]
     if not stopped:
         log(f"nothing was running in {layout.root}")
 
@@ -869,15 +1137,21 @@ def down(state_dir: Path | str = DEFAULT_STATE_DIR, *, log: Log = print) -> None
 def status(state_dir: Path | str = DEFAULT_STATE_DIR, *, log: Log = print) -> bool:
     """Print what runs (and sinfo); True when every daemon runs."""
     layout = layout_for(state_dir)
-    pids = {name: pid_of(layout, name) for name in daemon_names()}
+    sites = pid_of(layout, "slurmctld-dcb") is not None or pid_of(layout, "cloud") is not None
+    pids = {name: pid_of(layout, name) for name in daemon_names(sites)}
+    cloud_nodes = {name: pid_of(layout, name) for name in cloud_slurmd_names()}
     log(f"{'daemon':<14} {'pid':>8}  state")
     for name, pid in pids.items():
         log(f"{name:<14} {pid or '-':>8}  {'running' if pid else 'stopped'}")
+    for name, pid in cloud_nodes.items():
+        if pid:
+            log(f"{name:<14} {pid:>8}  running (a cloud instance)")
     if pids["slurmctld"]:
+        clusters = f"{CLUSTER},{DCB_CLUSTER}" if sites else CLUSTER
         log("")
-        log(run_cmd([str(BIN / "sinfo")], env=client_env(layout), check=False).stdout.rstrip())
+        log(run_cmd([str(BIN / "sinfo"), "-M", clusters], env=client_env(layout), check=False).stdout.rstrip())
         log("")
-        log(f"export SLURM_CONF={layout.conf}")
+        log(f"export SLURM_CONF={layout.conf}" + (f"   # dcb: {layout.dcb_conf} (or -M dcb)" if sites else ""))
     return all(pids.values())
 
 
@@ -889,6 +1163,11 @@ def require_root() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cellscale_hub.dev.slurm", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument(
+        "--sites",
+        action="store_true",
+        help="up: also the second cluster dcb and the cloud simulation behind dca's burst partition",
+    )
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help=f"default: {DEFAULT_STATE_DIR}")
     parser.add_argument(
         "--templates",
@@ -899,7 +1178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            cluster = up(args.state_dir, template_dir=args.templates)
+            cluster = up(args.state_dir, template_dir=args.templates, sites=args.sites)
             print(f"cluster {'started' if cluster.started else 'already running'} in {cluster.seconds:.1f} s")
             status(args.state_dir)
             return 0

@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import string
+import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -34,6 +35,7 @@ from cellscale.vocabulary import Fault, Resource
 from cellscale_hub import proc
 from cellscale_hub.drivers.base import (
     AttemptRef,
+    BackendUnreachable,
     Driver,
     Observation,
     SpecRejected,
@@ -101,6 +103,21 @@ TEMPLATE_FIELDS = {
     "job_dir": "the job directory (shell-quoted)",
     "python": "the Python that runs the supervisor (shell-quoted)",
 }
+# stderr of a Slurm client whose controller (or slurmdbd) does not answer: the backend is
+# unreachable, and what it runs is unknown, not gone (samples in tests/unit/test_slurm_driver.py)
+UNREACHABLE = re.compile(
+    r"Unable to contact slurm controller|Unable to establish controller|Connection refused|"
+    r"Socket timed out|Zero Bytes were transmitted or received|Problem talking to the database|"
+    r"Connection timed out|Communication connection failure|No route to host|"
+    r"Unable to connect to database|slurm_persist_conn_open",
+    re.IGNORECASE,
+)
+# the reason a node's Slurm state carries: the cloud simulation (and real cloud glue, by
+# convention) marks a resume that found no capacity "stockout: ...", one that never
+# registered "boot-failed: ...", and a spot reclaim notice "spot-reclaim: ..."
+CAPACITY_REASONS = ("stockout", "boot-failed")
+NOTICE_REASON = "spot-reclaim"
+ESTIMATE = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
 ACTIVE = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 ENDED = {
@@ -175,6 +192,19 @@ class SlurmDriver(Driver):
         "127.0.0.1 for a dev cluster whose nodes share this host.",
     ).tag(config=True)
     capacity_seconds = Float(30.0, help="How long the partition's size from sinfo is reused.").tag(config=True)
+    nodes_seconds = Float(
+        2.0,
+        help="How long one `sinfo --json` (node states, reasons, spot-reclaim notices) is reused.",
+    ).tag(config=True)
+    estimate_seconds = Float(
+        10.0, help="How long a start estimate (`sbatch --test-only`) is reused for one job shape and account."
+    ).tag(config=True)
+    cluster = Unicode(
+        "",
+        help="""The Slurm cluster this backend submits to, as accounting names it (ClusterName).
+        Empty: read from `slurm_conf` (or `scontrol show config`). Every account change
+        (`apply_tenancy`) is scoped to it, so a backend of one site never touches another's.""",
+    ).tag(config=True)
     command_timeout = Integer(30, help="Seconds a Slurm command may take.").tag(config=True)
     extra_directives = List(
         Unicode(),
@@ -298,16 +328,45 @@ class SlurmDriver(Driver):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._capacity: tuple[float, BackendView] | None = None
+        self._node_info: tuple[float, list[dict]] | None = None
+        self._estimates: dict[tuple, tuple[float, float | None]] = {}
+        self._cluster_name: str | None = None
+        self._account_users: dict[str, str | None] = {}
 
     # -- commands ----------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
         return proc.job_environment({"SLURM_CONF": self.slurm_conf} if self.slurm_conf else None)
 
     def _run(self, argv: list[str]) -> str:
-        result = proc.run(argv, timeout=self.command_timeout, env=self._env())
+        try:
+            result = proc.run(argv, timeout=self.command_timeout, env=self._env())
+        except subprocess.TimeoutExpired:
+            raise BackendUnreachable(
+                f"{shlex.join(argv)} did not answer within {self.command_timeout} s: Slurm does not answer"
+            ) from None
         if result.returncode:
-            raise RuntimeError(f"{shlex.join(argv)} failed ({result.returncode}): {result.stderr.strip()[-500:]}")
+            raise command_error(argv, result.returncode, result.stderr)
         return result.stdout
+
+    def _json(self, argv: list[str]) -> dict:
+        """A `--json` query; Slurm 22.05's squeue and sinfo exit 0 with an empty list and an
+        `errors` entry when the controller does not answer: that is unreachable, not empty."""
+        return json_answer(argv, self._run(argv))
+
+    def cluster_name(self) -> str:
+        """This backend's ClusterName: the trait, else slurm.conf's, else `scontrol show config`."""
+        if self._cluster_name is None:
+            name = self.cluster or (_conf_cluster_name(Path(self.slurm_conf)) if self.slurm_conf else None)
+            if not name:
+                config = self._run(["scontrol", "show", "config"])
+                match = re.search(r"^ClusterName\s*=\s*(\S+)", config, re.MULTILINE)
+                if not match:
+                    raise RuntimeError("`scontrol show config` names no ClusterName")
+                name = match.group(1)
+            if not SAFE_NAME.match(name.lower()):
+                raise RuntimeError(f"Slurm cluster name {name!r} is not a plain name")
+            self._cluster_name = name.lower()
+        return self._cluster_name
 
     def _as_user(self, user: str) -> list[str]:
         return as_user(self.submit_as, user)
@@ -343,8 +402,118 @@ class SlurmDriver(Driver):
         return view
 
     def _nodes(self) -> list[dict]:
-        """Every node of the cluster, as `sinfo --json` describes it."""
-        return json.loads(self._run(["sinfo", "--json"]))["nodes"]
+        """Every node of the cluster, as `sinfo --json` describes it (reused `nodes_seconds`)."""
+        now = time.monotonic()
+        if self._node_info and now - self._node_info[0] < self.nodes_seconds:
+            return self._node_info[1]
+        nodes = self._json(["sinfo", "--json"])["nodes"]
+        self._node_info = (now, nodes)
+        return nodes
+
+    def node_notices(self) -> dict[str, str]:
+        """This partition's nodes whose Slurm reason is a spot reclaim notice
+        (`spot-reclaim: terminating in 30 s`): node -> the notice."""
+        return {
+            n["name"]: str(n.get("reason") or "")
+            for n in self._nodes()
+            if self.partition in n.get("partitions", [])
+            and str(n.get("reason") or "").startswith(NOTICE_REASON)
+            and "POWERED_DOWN" not in n.get("state_flags", [])  # already gone: no longer a notice
+        }
+
+    # -- when would Slurm start it ---------------------------------------------------------------
+    def start_estimate(self, spec: JobSpec, account: str) -> float | None:
+        """When Slurm's scheduler would start the job if submitted now (`sbatch --test-only`,
+        run as a member of the account so its associations apply); None when Slurm cannot say
+        or says something absurd: 22.05 sometimes answers now + 3.5 days while nodes are still
+        COMPLETING, so an estimate beyond half the partition's MaxTime while enough idle nodes
+        (powered-down cloud nodes included) exist for the gang counts as unknown. Reused
+        `estimate_seconds` per (shape, account), so a scheduling cycle may ask per pending head."""
+        spec = self.shape(spec)
+        res = spec.resources
+        key = (account, res.nodes, res.gpus_per_node, res.cpus_per_node, res.memory_mb_per_node, res.timeout_min)
+        now = time.monotonic()
+        cached = self._estimates.get(key)
+        if cached and now - cached[0] < self.estimate_seconds:
+            return cached[1]
+        estimate = self._estimate(spec, account)
+        self._estimates[key] = (now, estimate)
+        return estimate
+
+    def _estimate(self, spec: JobSpec, account: str) -> float | None:
+        if not SAFE_NAME.match(account):
+            return None
+        user = self._account_user(account)
+        if user is None:
+            return None
+        res = spec.resources
+        argv = [
+            *self._as_user(user),
+            "sbatch",
+            "--test-only",
+            f"--account={account}",
+            f"--partition={self.partition}",
+            f"--nodes={res.nodes}",
+            "--ntasks-per-node=1",
+            f"--cpus-per-task={res.cpus_per_node}",
+            *([f"--mem={res.memory_mb_per_node}M"] if res.memory_mb_per_node else []),
+            *([f"--gres=gpu:{res.gpus_per_node}"] if res.gpus_per_node else []),
+            f"--time={res.timeout_min}",
+            "--output=/dev/null",
+            "--chdir=/",
+            "--wrap=true",
+        ]
+        try:
+            result = proc.run(argv, timeout=self.command_timeout, env=self._env())
+        except subprocess.TimeoutExpired:
+            raise BackendUnreachable(f"sbatch --test-only did not answer within {self.command_timeout} s") from None
+        if result.returncode:
+            error = command_error(argv, result.returncode, result.stderr)
+            if isinstance(error, BackendUnreachable):
+                raise error
+            self.log.debug("no start estimate: %s", error)
+            return None
+        at = parse_estimate(result.stderr + result.stdout)
+        if at is None:
+            return None
+        if at - time.time() >= self._max_time_s() / 2 - 60 and self._idle_nodes() >= res.nodes:
+            self.log.info("Slurm's start estimate %s for a %d-node gang ignored: nodes are idle", at, res.nodes)
+            return None
+        return at
+
+    def _account_user(self, account: str) -> str | None:
+        """A researcher of the account in this cluster (sbatch --test-only must run as one)."""
+        if account not in self._account_users:
+            rows = self._run(
+                [
+                    "sacctmgr",
+                    "-n",
+                    "-P",
+                    "show",
+                    "assoc",
+                    "where",
+                    f"cluster={self.cluster_name()}",
+                    f"account={account}",
+                    "format=user",
+                ]
+            )
+            users = sorted({u for u in rows.split() if SAFE_NAME.match(u)})
+            self._account_users[account] = users[0] if users else None
+        return self._account_users[account]
+
+    def _max_time_s(self) -> float:
+        fields = _key_values(self._run(["scontrol", "-o", "show", "partition", self.partition]))
+        return _slurm_minutes(fields.get("MaxTime", "")) * 60.0
+
+    def _idle_nodes(self) -> int:
+        """Nodes of the partition that take a job now or once powered up."""
+        return sum(
+            1
+            for n in self._nodes()
+            if self.partition in n.get("partitions", [])
+            and str(n.get("state", "")).lower() == "idle"
+            and not {"DRAIN", "DOWN", "FAIL"} & {str(f).upper() for f in n.get("state_flags", [])}
+        )
 
     def _partition_limits(self) -> PartitionLimits:
         """What the partition itself holds back: its MaxCPUsPerNode, and whether its QOS
@@ -467,10 +636,23 @@ class SlurmDriver(Driver):
         return out.strip().split(";")[0]
 
     def _find(self, ref: AttemptRef) -> str | None:
+        """The attempt's Slurm job, by its name, in this backend's cluster only (job ids of two
+        clusters collide; `slurm_conf` picks squeue's cluster, `-M` sacct's)."""
         out = self._run(["squeue", "-h", f"--name={job_name(ref)}", "-o", "%i"]).split()
         if not out:
             out = self._run(
-                ["sacct", "-n", "-X", "-P", f"--name={job_name(ref)}", "-o", "JobID", "-S", "now-7days"]
+                [
+                    "sacct",
+                    "-n",
+                    "-X",
+                    "-P",
+                    f"--clusters={self.cluster_name()}",
+                    f"--name={job_name(ref)}",
+                    "-o",
+                    "JobID",
+                    "-S",
+                    "now-7days",
+                ]
             ).split()
         return out[0] if out else None
 
@@ -481,11 +663,13 @@ class SlurmDriver(Driver):
         }
         if not ids:
             return observed
-        queue = {str(j["job_id"]): j for j in json.loads(self._run(["squeue", "--json"]))["jobs"]}
+        queue = {str(j["job_id"]): j for j in self._json(["squeue", "--json"])["jobs"]}
         gone = [job_id for job_id in ids if job_id not in queue or _state(queue[job_id]) not in QUEUED | ACTIVE]
         history = {}
         if gone:
-            accounting = json.loads(self._run(["sacct", "--json", "-X", "-j", ",".join(gone)]))
+            accounting = self._json(
+                ["sacct", "--json", "-X", f"--clusters={self.cluster_name()}", "-j", ",".join(gone)]
+            )
             history = {str(j["job_id"]): j for j in accounting["jobs"]}
         for job_id, ref in ids.items():
             entry = history.get(job_id) or queue.get(job_id)
@@ -496,14 +680,20 @@ class SlurmDriver(Driver):
         if entry is None:
             return Observation(AttemptState.UNKNOWN, reason="neither squeue nor sacct knows the job (yet)")
         state = _state(entry)
+        placed = tuple(expand_hostlist(str(entry.get("nodes") or "")))
         if state in QUEUED:
             why = entry.get("state_reason") or "queued"
-            return Observation(AttemptState.STARTING, reason=f"Slurm job {ref.backend_ref} {state.lower()} ({why})")
+            return Observation(
+                AttemptState.STARTING, reason=f"Slurm job {ref.backend_ref} {state.lower()} ({why})", nodes=placed
+            )
         if state in ACTIVE:
             running = ref.dir.ranks_started(ref.number) >= self.launch_plan(ref).expected_ranks
             heartbeat, step = heartbeat_of(ref, ref.spec.resources.nodes)
             return Observation(
-                AttemptState.RUNNING if running else AttemptState.STARTING, heartbeat=heartbeat, step=step
+                AttemptState.RUNNING if running else AttemptState.STARTING,
+                heartbeat=heartbeat,
+                step=step,
+                nodes=placed,
             )
         if state in ENDED:
             if not entry.get("allocation_nodes") and entry.get("nodes") not in (None, "", "None assigned"):
@@ -512,6 +702,26 @@ class SlurmDriver(Driver):
                 return Observation(
                     AttemptState.UNKNOWN, reason=f"Slurm accounting of job {ref.backend_ref} is settling"
                 )
+            if state == "NODE_FAIL":
+                reasons = self._node_reasons(placed)
+                short = [(n, why) for n, why in reasons.items() if why.startswith(CAPACITY_REASONS)]
+                if short:  # the cloud could not provide the nodes: not the job's fault, nor the nodes'
+                    return Observation(
+                        ENDED[state],
+                        exit_code=_exit_code(entry),
+                        reason=capacity_words(short),
+                        fault=Fault.CAPACITY,
+                        nodes=placed,
+                    )
+                reclaimed = [n for n, why in reasons.items() if why.startswith(NOTICE_REASON)]
+                if reclaimed:  # a spot reclaim took the nodes: preempted, never counted
+                    return Observation(
+                        ENDED[state],
+                        exit_code=_exit_code(entry),
+                        reason=f"spot reclaim of {', '.join(reclaimed)}: {reasons[reclaimed[0]]}",
+                        fault=Fault.PREEMPTION,
+                        nodes=placed,
+                    )
             failed_nodes = self._down_nodes(entry.get("nodes", "")) if state == "NODE_FAIL" else []
             return Observation(
                 ENDED[state],
@@ -519,6 +729,7 @@ class SlurmDriver(Driver):
                 reason=self._end_reason(ref, state, failed_nodes),
                 fault=self._fault(ref, state),
                 failed_nodes=tuple(name for name, _ in failed_nodes),
+                nodes=placed,
             )
         return Observation(AttemptState.UNKNOWN, reason=f"Slurm state {state or '?'}")
 
@@ -542,6 +753,18 @@ class SlurmDriver(Driver):
             state
         ) or fault_from_job_dir(ref, ref.spec.resources.nodes)
 
+    def _node_reasons(self, nodes: Iterable[str]) -> dict[str, str]:
+        """Slurm's reason of each of these nodes that has one, whatever its state (a
+        stockout leaves the nodes powered-down idle, with the reason kept)."""
+        wanted = set(nodes)
+        if not wanted:
+            return {}
+        try:
+            info = self._nodes()
+        except (RuntimeError, ValueError, KeyError):
+            return {}
+        return {n["name"]: str(n["reason"]) for n in info if n["name"] in wanted and n.get("reason")}
+
     def _down_nodes(self, nodes: str) -> list[tuple[str, str]]:
         """(name, Slurm's reason) of the job's nodes that are down, drained or failed."""
         try:
@@ -564,10 +787,12 @@ class SlurmDriver(Driver):
         """Mirror each desk's quota and fair share onto its Slurm account (see
         `account_limits`); accounts Slurm does not know are left to the Slurm admin."""
         backends = [self.name, *self.shares_accounts_with]
-        known = set(self._run(["sacctmgr", "-n", "-P", "show", "account", "format=account"]).split())
+        cluster = self.cluster_name()
+        assocs = ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"cluster={cluster}", "format=account"]
+        known = set(self._run(assocs).split())
         for account, limits in account_limits(tenancy, backends, self._cluster_amounts()).items():
             if account not in known:
-                self.log.warning("Slurm has no account %s: its quota is not mirrored", account)
+                self.log.warning("Slurm cluster %s has no account %s: its quota is not mirrored", cluster, account)
                 continue
             self._run(
                 [
@@ -577,6 +802,7 @@ class SlurmDriver(Driver):
                     "account",
                     "where",
                     f"name={account}",
+                    f"cluster={cluster}",  # this backend's cluster only: another site's association is its own
                     "set",
                     limits.grp_tres,
                     f"Fairshare={limits.shares}",
@@ -584,8 +810,10 @@ class SlurmDriver(Driver):
             )
 
     def _cluster_amounts(self) -> Amounts:
-        """GPUs, cores and memory (MiB) of the whole cluster, every partition's nodes: an
-        account's GrpTRES counts its jobs in all of them."""
+        """GPUs, cores and memory (MiB) of this backend's whole cluster (the one its
+        `slurm_conf` names), every partition's nodes, powered-down CLOUD nodes included (a burst
+        partition's jobs are charged to the same accounts): an account's GrpTRES counts its
+        jobs in all of them."""
         nodes = self._nodes()
         return Amounts(
             sum(_gpus_of(n.get("gres", "")) for n in nodes),
@@ -684,6 +912,87 @@ def fill_template(template: str, fields: dict[str, str]) -> str:
 
 def _unprintable(text: str, tab: bool = False) -> bool:
     return any(ord(c) < 32 and not (tab and c == "\t") or ord(c) == 127 for c in text)
+
+
+def command_error(argv: list[str], returncode: int, stderr: str) -> RuntimeError:
+    """The error a failed Slurm command raises: BackendUnreachable when its stderr says the
+    controller (or slurmdbd) does not answer, else a RuntimeError with the stderr's tail."""
+    tail = stderr.strip()[-500:]
+    if UNREACHABLE.search(stderr):
+        return BackendUnreachable(f"{shlex.join(argv)}: Slurm does not answer ({tail})")
+    return RuntimeError(f"{shlex.join(argv)} failed ({returncode}): {tail}")
+
+
+def json_answer(argv: list[str], out: str) -> dict:
+    """A `--json` answer; its `errors` (22.05 exits 0 with them when the controller does not
+    answer, and an empty list of jobs or nodes) become BackendUnreachable."""
+    answer = json.loads(out)
+    # sacct's "Nothing found with query" (no such job in accounting) is an answer, not an error
+    errors = [e for e in answer.get("errors") or [] if "nothing found" not in json.dumps(e).lower()]
+    if errors:
+        words = "; ".join(f"{e.get('source') or ''} {e.get('description') or e.get('error') or ''}" for e in errors)
+        raise BackendUnreachable(f"{shlex.join(argv)}: Slurm answered with errors ({words.strip()})")
+    return answer
+
+
+def parse_estimate(text: str) -> float | None:
+    """`sbatch: Job 5 to start at 2026-12-06T20:09:10 using 2 processors on nodes b[1-2] in
+    partition gpu` -> that time (local time, as sbatch writes it) in epoch seconds."""
+    match = ESTIMATE.search(text)
+    if not match:
+        return None
+    return time.mktime(time.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S"))
+
+
+def capacity_words(short: list[tuple[str, str]]) -> str:
+    names = ", ".join(name for name, _ in short)
+    kind = short[0][1].split(":", 1)[0]
+    return f"the cloud had no capacity for {names} ({kind}): {short[0][1]}"
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's compact node list as names: 'c[1-2],node[1,3-4],cpu1' -> ['c1', 'c2', 'node1',
+    'node3', 'node4', 'cpu1']; zero padding kept ('n[01-02]'). '', 'None assigned' -> []."""
+    text = text.strip()
+    if not text or text.startswith("None") or text == "(null)":
+        return []
+    names: list[str] = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", text):
+        if plain:
+            names.append(plain)
+            continue
+        for part in ranges.split(","):
+            first, _, last = part.partition("-")
+            if not last:
+                names.append(prefix + first)
+                continue
+            width = len(first) if first.startswith("0") else 0
+            names += [f"{prefix}{i:0{width}d}" for i in range(int(first), int(last) + 1)]
+    return names
+
+
+def _conf_cluster_name(conf: Path) -> str | None:
+    try:
+        text = conf.read_text()
+    except OSError:
+        return None
+    match = re.search(r"^\s*ClusterName\s*=\s*(\S+)", text, re.MULTILINE | re.IGNORECASE)
+    return match.group(1) if match else None
+
+
+def _slurm_minutes(value: str) -> float:
+    """A partition's MaxTime ('7-00:00:00', '60', '1:00:00', 'UNLIMITED') in minutes; inf when unlimited."""
+    if not value or value.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return float("inf")
+    days, _, clock = value.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if len(parts) == 1:
+        minutes = parts[0]
+    elif len(parts) == 2:
+        minutes = parts[0] + parts[1] / 60
+    else:
+        minutes = parts[0] * 60 + parts[1] + parts[2] / 60
+    return (int(days) if days else 0) * 1440 + minutes
 
 
 def _gpus_of(gres: str) -> int:
