@@ -86,12 +86,12 @@ class SiteBoard:
             out[name] = SiteState(
                 flavor.site,
                 tenancy.sites[flavor.site],
-                self._start_in(flavor.backend, drivers[flavor.backend]),
+                self._start_in(flavor.backend, drivers[flavor.backend], _an_account(tenancy, name)),
                 self.unavailable(flavor.backend),
             )
         return out
 
-    def _start_in(self, backend: str, driver: Driver) -> float:
+    def _start_in(self, backend: str, driver: Driver, account: str | None) -> float:
         """Seconds until the backend's own scheduler would start a one-node job (work it runs
         that cellscale did not admit: other users of a shared cluster), asked at most every
         `estimate_every_s`; 0 when it cannot say."""
@@ -102,12 +102,23 @@ class SiteBoard:
             return cached[1]
         seconds = 0.0
         try:
+            if account is None:
+                raise LookupError("no desk has quota there")
             view = driver.capacity()
             probe = JobSpec(source="", resources=Resources(gpus_per_node=view.gpus_per_node, timeout_min=60))
-            at = driver.start_estimate(probe, account="")
+            at = driver.start_estimate(probe, account)
             seconds = max(0.0, at - time.time()) if at is not None else 0.0
         except Exception:  # an estimate is a hint: placement goes on without it
             log.debug("no start estimate from %s", backend, exc_info=True)
         with self._lock:
             self._of(backend).estimate = (now, seconds)
         return seconds
+
+
+def _an_account(tenancy: Tenancy, flavor: str) -> str | None:
+    """A desk with quota on the flavor: the backend's own scheduler is asked as one of its
+    members (a desk is a Slurm account)."""
+    for tenant, config in tenancy.tenants.items():
+        if any(flavor in tenancy.cluster_queues[q.cluster_queue].quotas for q in config.queues.values()):
+            return tenant
+    return None
