@@ -20,6 +20,7 @@ from pathlib import Path
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, AttemptState, EventKind, EventReason, Fault, Phase
 from cellscale_hub.bundles import BundleStore
+from cellscale_hub.cloudbill import attribute
 from cellscale_hub.drivers import AttemptRef, BackendUnreachable, Driver, Observation, flavor_capacities
 from cellscale_hub.faults import decide
 from cellscale_hub.lifecycle import outcome_of
@@ -55,6 +56,7 @@ class Controller:
         waiting: WaitingBoard | None = None,
         site_lost_timeout_s: float = 120.0,
         cloud_backoff_s: float = 600.0,
+        cloud_bill_interval_s: float = 30.0,
     ):
         self.store = store
         self.drivers = drivers
@@ -91,6 +93,8 @@ class Controller:
         self.site_lost_timeout_s = site_lost_timeout_s
         self.cloud_backoff_s = cloud_backoff_s
         self._abandoned: dict[str, list[AttemptRef]] = {}  # backend -> moved attempts to cancel there
+        self.cloud_bill_interval_s = cloud_bill_interval_s
+        self._billed_at: dict[str, float] = {}
         self._thread: threading.Thread | None = None
         for driver in drivers.values():
             driver.notify = self.wake  # e.g. a local supervisor exited: reconcile its end now
@@ -127,7 +131,7 @@ class Controller:
             self._swept_at = time.monotonic()
             self._isolated("bundle clean-up", "-", self.sweep_bundles)
         for name, driver in self.drivers.items():
-            for step in (self.mirror_tenancy, self.send_cancels, self.reconcile):
+            for step in (self.mirror_tenancy, self.send_cancels, self.reconcile, self.bill_cloud):
                 self._isolated(step.__name__, name, partial(step, name, driver))
         try:
             capacities = flavor_capacities(self.tenancy.current, self.drivers)
@@ -358,11 +362,7 @@ class Controller:
             ref = refs[attempt.id]
             unknown = f"{backend} does not answer ({why}): the attempt's state is unknown, not lost"
             obs = Observation(AttemptState.UNKNOWN, reason=unknown)
-            if (
-                lost_for >= self.site_lost_timeout_s
-                and attempt.started_at is None
-                and ref.dir.pass_gate(attempt.number, "fenced") == "fenced"
-            ):
+            if lost_for >= self.site_lost_timeout_s and attempt.started_at is None and self.drivers[backend].fence(ref):
                 obs = Observation(
                     AttemptState.LOST,
                     fault=Fault.CAPACITY,
@@ -409,6 +409,27 @@ class Controller:
         for ref in warnings:
             self._isolated("warn", backend, partial(driver.warn, ref))
 
+    def bill_cloud(self, backend: str, driver: Driver) -> None:
+        """Attribute a cloud pool's bill to the attempts that held its nodes (`cloudbill`), every
+        `cloud_bill_interval_s`: each attempt's share (boot, run, idle tail) in `cloud_usd`."""
+        if time.monotonic() - self._billed_at.get(backend, 0.0) < self.cloud_bill_interval_s:
+            return
+        self._billed_at[backend] = time.monotonic()
+        now = time.time()
+        recent = [i for i in driver.cloud_instances() if i.stopped is None or i.stopped > now - BILL_WINDOW_S]
+        if not recent:
+            return
+        since = datetime.fromtimestamp(min(i.requested for i in recent), UTC) - timedelta(hours=1)
+        with self.store.session() as session:
+            attempts = q.attempts_since(session, backend, since)
+            refs = [self.ref(a.job, a) for a in attempts]
+        bill = attribute(recent, driver.node_runs(refs), now)
+        with self.store.session() as session:
+            for attempt in attempts:
+                usd = bill.usd.get((attempt.job_id, attempt.number))
+                if usd is not None and (attempt.cloud_usd is None or abs(attempt.cloud_usd - usd) > 1e-6):
+                    session.get(Attempt, attempt.id).cloud_usd = round(usd, 6)
+
     def _hung(self, obs: Observation, attempt: Attempt, stall_timeout_s: float | None) -> str | None:
         """Why a live attempt counts as hung: no heartbeat beyond the timeout (a frozen
         process or an unreachable node), or, when the job asked for it, a training step that
@@ -430,6 +451,8 @@ class Controller:
         if obs.step is not None and obs.step != attempt.last_step:
             attempt.last_step, attempt.last_step_at = obs.step, utcnow()
         self._note_resume(session, job, attempt, obs)
+        if obs.nodes and list(obs.nodes) != (attempt.nodes or []):
+            attempt.nodes = list(obs.nodes)
         if obs.checkpoint:  # victims are chosen by the work they would lose since their last checkpoint
             attempt.last_checkpoint_at = datetime.fromtimestamp(obs.checkpoint.wall_time, UTC)
             attempt.checkpoint_bytes = obs.checkpoint.size_bytes
@@ -570,6 +593,9 @@ class Controller:
                 self._cancel_sent.add(ref.key)
                 driver.cancel(ref)
 
+
+BILL_WINDOW_S = 7 * 86400.0
+"""Instances stopped longer ago than this are billed already: not attributed again."""
 
 HEARTBEAT_STORE_S = 15.0
 """A live attempt's heartbeat is stored at most this often: hang detection reads the

@@ -347,6 +347,10 @@ class AttemptView(BaseModel):
     fault: Fault | None = Field(None, description="Why it did not succeed, as a class with its own retry budget.")
     failed_nodes: list[str] = Field(default_factory=list, description="Nodes blamed for this attempt's end.")
     last_step: int | None = Field(None, description="The training step rank 0 last reported.")
+    nodes: list[str] = Field(default_factory=list, description="The nodes it held, once placed.")
+    cloud_usd: float | None = Field(
+        None, description="Its share of a cloud pool's bill (boot, run, idle tail), once billed; null: not on a cloud."
+    )
 
 
 class CheckpointView(BaseModel):

@@ -19,6 +19,7 @@ from cellscale.runtime.jobdir import JobDir
 from cellscale.runtime.records import Checkpoint, LaunchPlan, ResumeReport
 from cellscale.spec import BackendView, CheckpointView, JobSpec
 from cellscale.vocabulary import AttemptState, Fault
+from cellscale_hub.cloudbill import Instance, Run
 from cellscale_hub.faults import from_exit_records
 from cellscale_hub.tenancy import Tenancy
 
@@ -156,6 +157,11 @@ class Driver(LoggingConfigurable):
     - `node_notices()` -> {node: words}: nodes the backend announces are going away soon (a
       cloud's spot reclaim notice); the controller preempts what runs there, with its
       checkpoint warning. Nothing by default.
+    - `cloud_instances()` and `node_runs(refs)`: a backend on rented nodes reports its cloud
+      bill per instance and which attempt held which node when; the controller attributes the
+      bill to attempts (`cloudbill`). Nothing by default.
+    - `fence(ref)`: before an attempt that never started moves to another backend, make sure
+      it never starts here (the job directory's gate by default).
     - The job-directory methods (`prepare`, `read_log`, `log_path`, `log_size`, `checkpoints`,
       `result_file`, and the facts `observe_attempts` adds to each observation) assume a directory
       every node and the control plane share (`ref.job_dir`). A backend whose jobs write elsewhere
@@ -277,6 +283,21 @@ class Driver(LoggingConfigurable):
     def node_notices(self) -> dict[str, str]:
         """Nodes announced to go away soon (node -> the notice in words)."""
         return {}
+
+    def cloud_instances(self) -> list[Instance]:
+        """The cloud bill of this backend's nodes, per instance (a backend on rented nodes);
+        none by default."""
+        return []
+
+    def node_runs(self, refs: list[AttemptRef]) -> list[Run]:
+        """Which of these attempts held which node when, from the backend's own accounting
+        (to attribute `cloud_instances()`); none by default."""
+        return []
+
+    def fence(self, ref: AttemptRef) -> bool:
+        """Make sure an attempt that has not started never starts (before it is moved to another
+        backend): True if fenced, False if it had started. The job directory's gate by default."""
+        return ref.dir.pass_gate(ref.number, "fenced") == "fenced"
 
     # -- the job directory ----------------------------------------------------------------------
     def prepare(self, ref: AttemptRef, bundle: Path | None) -> None:

@@ -27,12 +27,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import httpx
 from traitlets import Float, Integer, List, TraitError, Unicode, default, validate
 
 from cellscale.runtime.records import LaunchPlan
 from cellscale.spec import AttemptState, BackendView, JobSpec, Launcher
 from cellscale.vocabulary import Fault, Resource
 from cellscale_hub import proc
+from cellscale_hub.cloudbill import Instance, Run
 from cellscale_hub.drivers.base import (
     AttemptRef,
     BackendUnreachable,
@@ -198,6 +200,16 @@ class SlurmDriver(Driver):
     ).tag(config=True)
     estimate_seconds = Float(
         10.0, help="How long a start estimate (`sbatch --test-only`) is reused for one job shape and account."
+    ).tag(config=True)
+    cloud_ledger_url = Unicode(
+        "",
+        help="""For a partition of rented (cloud) nodes: where its bill is, per instance, as JSON
+        `{"instances": [{"node", "requested", "stopped", "dollars"}, ...]}` (epoch seconds; stopped
+        null while running). The dev cloud simulation serves one at http://127.0.0.1:PORT/ledger;
+        for a real cloud, a small adaptor over its billing export. Empty: no bill to attribute.""",
+    ).tag(config=True)
+    cloud_ledger_token_file = Unicode(
+        "", help="A file holding the bearer token for `cloud_ledger_url` (readable by the control plane only)."
     ).tag(config=True)
     cluster = Unicode(
         "",
@@ -409,6 +421,42 @@ class SlurmDriver(Driver):
         nodes = self._json(["sinfo", "--json"])["nodes"]
         self._node_info = (now, nodes)
         return nodes
+
+    # -- the cloud bill ------------------------------------------------------------------------
+    def cloud_instances(self) -> list[Instance]:
+        if not self.cloud_ledger_url:
+            return []
+        token = Path(self.cloud_ledger_token_file).read_text().strip() if self.cloud_ledger_token_file else ""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        answer = httpx.get(self.cloud_ledger_url, headers=headers, timeout=self.command_timeout)
+        answer.raise_for_status()
+        return [
+            Instance(
+                str(i["node"]),
+                float(i["requested"]),
+                None if i.get("stopped") is None else float(i["stopped"]),
+                float(i["dollars"]),
+            )
+            for i in answer.json()["instances"]
+        ]
+
+    def node_runs(self, refs: list[AttemptRef]) -> list[Run]:
+        """From sacct: each attempt's nodes, from its allocation (its Start: the nodes were
+        requested then) to its end."""
+        ids = {ref.backend_ref: ref for ref in refs if ref.backend_ref}
+        if not ids:
+            return []
+        jobs = self._json(["sacct", "--json", "-X", f"--clusters={self.cluster_name()}", "-j", ",".join(ids)])["jobs"]
+        runs = []
+        for job in jobs:
+            ref = ids.get(str(job.get("job_id")))
+            times = job.get("time") or {}
+            if ref is None or not times.get("start"):
+                continue
+            end = float(times["end"]) if times.get("end") else None
+            for node in expand_hostlist(str(job.get("nodes") or "")):
+                runs.append(Run(ref.key, node, float(times["start"]), end))
+        return runs
 
     def node_notices(self) -> dict[str, str]:
         """This partition's nodes whose Slurm reason is a spot reclaim notice

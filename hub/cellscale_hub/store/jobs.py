@@ -132,6 +132,17 @@ def active_attempts(session: Session, backend: str) -> list[Attempt]:
     return list(session.scalars(query.options(selectinload(Attempt.job)).order_by(Attempt.id)))
 
 
+def attempts_since(session: Session, backend: str, since: datetime) -> list[Attempt]:
+    """The backend's attempts that ran or were submitted since `since` (ended ones through the
+    ended_at index)."""
+    query = select(Attempt).where(
+        Attempt.backend == backend,
+        Attempt.submitted_at.is_not(None),
+        or_(Attempt.ended_at.is_(None), Attempt.ended_at > since),
+    )
+    return list(session.scalars(query.options(selectinload(Attempt.job)).order_by(Attempt.id)))
+
+
 def bundles_in_use(session: Session) -> dict[str, set[str]]:
     """owner → the input bundles their waiting or running jobs were submitted with (the few
     jobs with inputs, from their index: not every job's spec)."""
@@ -256,6 +267,8 @@ def attempt_view(a: Attempt) -> AttemptView:
         fault=a.fault,
         failed_nodes=list(a.failed_nodes or []),
         last_step=a.last_step,
+        nodes=list(a.nodes or []),
+        cloud_usd=a.cloud_usd,
     )
 
 

@@ -139,6 +139,8 @@ class Attempt(Base):
     last_heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_checkpoint_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     checkpoint_bytes: Mapped[int | None] = mapped_column(BigInteger)  # of that newest checkpoint
+    nodes: Mapped[list | None] = mapped_column(JSON)  # the nodes it held, once the backend placed it
+    cloud_usd: Mapped[float | None] = mapped_column(Double)  # its share of a cloud pool's bill (cloudbill)
     fault: Mapped[Fault | None] = mapped_column(Vocabulary(Fault, 16))  # when it did not succeed
     failed_nodes: Mapped[list] = mapped_column(JSON, default=list)
     last_step: Mapped[int | None] = mapped_column(Integer)

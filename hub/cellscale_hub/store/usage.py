@@ -47,8 +47,9 @@ def snapshot(
 
 def cloud_spend(session: Session, tenancy: Tenancy, now: datetime) -> dict[str, Spend]:
     """Each budgeted tenant's cloud dollars over its budget's period (a rolling window): every
-    attempt on a cloud site's backend, billed as the cloud bills it, from the request for its
-    nodes (submit) to its end plus the site's idle tail, at the site's price."""
+    attempt on a cloud site's backend, at its share of the cloud's own bill once attributed
+    (`cloudbill`), else as the cloud bills it: from the request for its nodes (submit) to its
+    end plus the site's idle tail, at the site's price."""
     budgets = {name: t.budget for name, t in tenancy.tenants.items() if t.budget is not None}
     clouds = {
         f.backend: tenancy.sites[f.site] for f in tenancy.flavors.values() if f.site and tenancy.is_cloud_site(f.site)
@@ -57,7 +58,7 @@ def cloud_spend(session: Session, tenancy: Tenancy, now: datetime) -> dict[str, 
         return {}
     since = now - timedelta(seconds=max(b.seconds for b in budgets.values()))
     query = (
-        select(Job.tenant, Job.gpus, Attempt.backend, Attempt.submitted_at, Attempt.ended_at)
+        select(Job.tenant, Job.gpus, Attempt.backend, Attempt.submitted_at, Attempt.ended_at, Attempt.cloud_usd)
         .join(Attempt, Attempt.job_id == Job.id)
         .where(
             Attempt.backend.in_(clouds),
@@ -68,7 +69,10 @@ def cloud_spend(session: Session, tenancy: Tenancy, now: datetime) -> dict[str, 
     )
     spent: dict[str, float] = defaultdict(float)
     t = now.timestamp()
-    for tenant, gpus, backend, submitted, ended in session.execute(query):
+    for tenant, gpus, backend, submitted, ended, billed in session.execute(query):
+        if billed is not None and ended is not None:
+            spent[tenant] += billed  # its share of the cloud's own bill (cloudbill)
+            continue
         site = clouds[backend]
         start = max(submitted.timestamp(), t - budgets[tenant].seconds)
         end = ended.timestamp() + site.idle_tail_s if ended else t

@@ -473,6 +473,16 @@ export interface components {
              * @description The training step rank 0 last reported.
              */
             last_step?: number | null;
+            /**
+             * Nodes
+             * @description The nodes it held, once placed.
+             */
+            nodes?: string[];
+            /**
+             * Cloud Usd
+             * @description Its share of a cloud pool's bill (boot, run, idle tail), once billed; null: not on a cloud.
+             */
+            cloud_usd?: number | null;
         };
         /** AuditView */
         AuditView: {
