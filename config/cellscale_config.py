@@ -29,3 +29,24 @@ if os.environ.get("CELLSCALE_SLURM_CONF"):
     c.SlurmDriver.slurm_conf = os.environ["CELLSCALE_SLURM_CONF"]
     c.SlurmDriver.master_addr = os.environ.get("CELLSCALE_SLURM_MASTER_ADDR", "127.0.0.1")
     c.ControlPlane.jobs_root = os.environ.get("CELLSCALE_JOBS_ROOT", str(state / "jobs"))
+
+# Sites (`cellscale dev slurm up --sites`): a second datacenter, cluster dcb (its own
+# slurmctld, its own SLURM_CONF), and dca's burst partition of cloud nodes, billed by the
+# cloud (the dev topology's cloud SIMULATION serves its ledger). Their flavors name sites in
+# tenants.yaml; `%%cluster --site auto` lets admission weigh them (docs/sites.md).
+if os.environ.get("CELLSCALE_SLURM_CONF") and os.environ.get("CELLSCALE_SLURM_DCB_CONF"):
+    c.ControlPlane.backends["slurm-dcb"] = {
+        "driver": "slurm",
+        "partition": "gpu",
+        "slurm_conf": os.environ["CELLSCALE_SLURM_DCB_CONF"],
+    }
+if os.environ.get("CELLSCALE_SLURM_CONF") and os.environ.get("CELLSCALE_CLOUD_LEDGER_URL"):
+    c.ControlPlane.backends["slurm-burst"] = {
+        "driver": "slurm",
+        "partition": "burst",
+        "shares_accounts_with": ["slurm", "slurm-cpu"],
+        "cloud_ledger_url": os.environ["CELLSCALE_CLOUD_LEDGER_URL"],
+        "cloud_ledger_token_file": os.environ.get("CELLSCALE_CLOUD_TOKEN_FILE", ""),
+    }
+    for partition in ("slurm", "slurm-cpu"):
+        c.ControlPlane.backends[partition]["shares_accounts_with"].append("slurm-burst")

@@ -145,9 +145,7 @@ def test_a_burst_job_boots_cloud_nodes_runs_on_them_and_they_power_down_and_are_
         assert instance["dollars"] == pytest.approx(instance["billed_s"] / 3600 * 2.50 * 8, abs=1e-5)
 
 
-def test_a_stockout_leaves_the_nodes_powered_down_and_the_driver_sees_a_capacity_fault(
-    slurm_cluster, cloud, tmp_path
-):
+def test_a_stockout_leaves_the_nodes_powered_down_and_the_driver_sees_a_capacity_fault(slurm_cluster, cloud, tmp_path):
     all_cloud_nodes_down(slurm_cluster)
     cloud.mode("stockout")
     job = slurm_cluster.sbatch(

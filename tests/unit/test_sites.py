@@ -135,7 +135,15 @@ def test_gangs_never_split():
 
 @pytest.mark.parametrize(
     ("seconds", "words"),
-    [(0, "now"), (59, "now"), (240, "≈4 min"), (7200, "≈2 h"), (5400, "≈1.5 h"), (3 * 86400, "≈3.0 days")],
+    [
+        (0, "now"),
+        (59, "now"),
+        (240, "≈4 min"),
+        (3590, "≈1 h"),
+        (7200, "≈2 h"),
+        (5400, "≈1.5 h"),
+        (3 * 86400, "≈3.0 days"),
+    ],
 )
 def test_durations(seconds, words):
     assert duration_words(seconds) == words

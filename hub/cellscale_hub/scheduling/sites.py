@@ -131,7 +131,7 @@ def usd_words(usd: float) -> str:
 def duration_words(seconds: float) -> str:
     if seconds < 60:
         return "now"
-    if seconds < 3600:
+    if round(seconds / 60) < 60:
         return f"≈{round(seconds / 60)} min"
     if seconds < 48 * 3600:
         return f"≈{seconds / 3600:.1f} h".replace(".0 h", " h")
@@ -148,7 +148,9 @@ def offer_words(o: Offer, tenant: str, spend: Spend | None) -> str:
     if o.cloud:
         words += f" for ≈{usd_words(o.total_usd)}"
         if spend is not None and spend.budget.usd > 0:
-            words += f" ({o.total_usd / spend.budget.usd:.0%} of {tenant}'s {spend.budget.period}ly budget)"
+            share = o.total_usd / spend.budget.usd
+            of = f"{share:.0%} of" if share < 10 else f"{share:,.0f}×"
+            words += f" ({of} {tenant}'s {spend.budget.period}ly budget)"
     if o.move_gb > 0:
         words += f", moving {o.move_gb:,.0f} GB" + (f" (≈${o.move_usd:,.2f} egress)" if o.move_usd else "")
     if o.excluded:
