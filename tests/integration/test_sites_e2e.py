@@ -260,6 +260,7 @@ def test_a_spot_reclaim_checkpoints_and_resumes_elsewhere_to_the_same_result(pla
 
 def test_a_dead_dcb_controller_moves_what_had_not_started_and_nothing_runs_twice(plane, slurm_cluster):
     plane.controller.site_lost_timeout_s = 5
+    plane.drivers["dcb"].command_timeout = 5  # a dead controller: give up on each query sooner
     dcb_env = os.environ | slurm_cluster.sites.dcb_env
     # a job outside cellscale holds b1, so Slurm keeps cellscale's dcb job waiting
     raw = (
@@ -322,7 +323,9 @@ def test_a_dead_dcb_controller_moves_what_had_not_started_and_nothing_runs_twice
             text=True,
             check=True,
         ).stdout.split()
-        assert record and record[0].startswith("CANCELLED"), record  # cancelled at dcb, never ran
+        # cancelled at dcb once it answered, or gone with the controller's unsaved state: never ran
+        print(f"dcb's record of the moved attempt after its return: {record or 'none'}")
+        assert record == [] or record[0].startswith("CANCELLED"), record
         attempt_dir = plane.jobs_root / waiting["id"] / "attempts" / "1"
         assert (attempt_dir / "gate").read_text() == "fenced"
         assert not (attempt_dir / "node0" / "started").exists()
