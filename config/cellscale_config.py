@@ -34,6 +34,16 @@ if os.environ.get("CELLSCALE_SLURM_CONF"):
 # slurmctld, its own SLURM_CONF), and dca's burst partition of cloud nodes, billed by the
 # cloud (the dev topology's cloud SIMULATION serves its ledger). Their flavors name sites in
 # tenants.yaml; `%%cluster --site auto` lets admission weigh them (docs/sites.md).
+if os.environ.get("CELLSCALE_SLURM_CONF") and os.environ.get("CELLSCALE_SLURM_SITES"):
+    # the dev topology: everything else follows from its state dir (<state>/etc/slurm.conf)
+    from cellscale_hub.dev import cloud as dev_cloud
+    from cellscale_hub.dev import slurm as dev_slurm
+
+    topology = Path(os.environ["CELLSCALE_SLURM_CONF"]).parent.parent
+    cloud = dev_cloud.load_config(topology)
+    os.environ.setdefault("CELLSCALE_SLURM_DCB_CONF", str(dev_slurm.layout_for(topology).dcb_conf))
+    os.environ.setdefault("CELLSCALE_CLOUD_LEDGER_URL", f"http://127.0.0.1:{int(cloud['port'])}/ledger")
+    os.environ.setdefault("CELLSCALE_CLOUD_TOKEN_FILE", str(cloud["token_file"]))
 if os.environ.get("CELLSCALE_SLURM_CONF") and os.environ.get("CELLSCALE_SLURM_DCB_CONF"):
     c.ControlPlane.backends["slurm-dcb"] = {
         "driver": "slurm",

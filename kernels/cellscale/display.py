@@ -28,7 +28,7 @@ def status_line(job: JobView) -> str:
         job.phase.value,
         f"{seconds // 60:02d}:{seconds % 60:02d}",
         f"attempt {len(job.attempts) or '-'}",
-        f"{resource_words(job.spec.resources)} on {job.backend}",
+        f"{resource_words(job.spec.resources)} on {_where(job)}",
     ]
     if job.reason and (not job.phase.terminal or job.phase is Phase.FAILED):
         parts.append(job.reason or "")
@@ -37,6 +37,14 @@ def status_line(job: JobView) -> str:
     if job.preempting:
         parts.append("being preempted: checkpoint now")
     return " · ".join(p for p in parts if p)
+
+
+def _where(job: JobView) -> str:
+    """Its backend, or while it waits with a choice of sites, those sites."""
+    if job.phase is Phase.PENDING and job.pending and job.pending.sites:
+        sites = sorted({s.site for s in job.pending.sites})
+        return f"{', '.join(sites[:-1])} or {sites[-1]} (placement decides)" if len(sites) > 1 else sites[0]
+    return job.backend
 
 
 def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:

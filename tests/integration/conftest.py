@@ -22,7 +22,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cellscale_hub.dev import cloud as dev_cloud
 from tests.integration.kernel import RemoteKernel
 from tests.integration.slurm_fixtures import slurm_cluster  # noqa: F401 - a session fixture
 
@@ -125,13 +124,8 @@ def hub(tmp_path_factory, slurm_cluster):
     jobs_root = Path(tempfile.mkdtemp(prefix="hub-", dir=slurm_cluster.jobs_dir))
     jobs_root.chmod(0o711)  # researchers' Slurm jobs reach their own job dirs, nothing else
     slurm = {"CELLSCALE_SLURM_CONF": slurm_cluster.env["SLURM_CONF"], "CELLSCALE_JOBS_ROOT": str(jobs_root)}
-    if slurm_cluster.sites:  # the second datacenter and the burst partition (docs/sites.md)
-        cloud = dev_cloud.load_config(slurm_cluster.state_dir)
-        slurm |= {
-            "CELLSCALE_SLURM_DCB_CONF": slurm_cluster.sites.dcb_env["SLURM_CONF"],
-            "CELLSCALE_CLOUD_LEDGER_URL": f"http://127.0.0.1:{int(cloud['port'])}/ledger",
-            "CELLSCALE_CLOUD_TOKEN_FILE": str(cloud["token_file"]),
-        }
+    if slurm_cluster.sites:  # the second datacenter and the burst partition, as the README starts them
+        slurm["CELLSCALE_SLURM_SITES"] = "1"
     with running_hub(tmp_path_factory.mktemp("hubstate"), slurm) as the_hub:
         the_hub.jobs_root = jobs_root
         yield the_hub

@@ -141,3 +141,15 @@ def test_a_waiting_job_says_what_it_needs_of_the_resource_it_waits_for(resource,
         code="QuotaExhausted", message="at quota", position=1, needs=needs, available=available, resource=resource
     )
     assert f"position 1 in its queue; {words}" in describe(job(pending=pending, reason=pending.message))
+
+
+def test_a_job_with_a_choice_of_sites_waits_on_all_of_them():
+    from cellscale.spec import SiteOfferView
+
+    offers = [
+        SiteOfferView(site=site, flavor=site, fits_now=False, start_in_s=3600, usd=17.6) for site in ("dcb", "dca")
+    ] + [SiteOfferView(site="burst", flavor="burst", cloud=True, fits_now=False, start_in_s=90, usd=40, excluded="x")]
+    pending = PendingView(code="CapacityFull", message="waits for dca (...)", position=1, sites=offers)
+    line = status_line(job(pending=pending, reason=pending.message))
+    assert "on burst, dca or dcb (placement decides)" in line
+    assert "on slurm" in status_line(job(phase=Phase.RUNNING))
