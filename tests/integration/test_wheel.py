@@ -103,7 +103,7 @@ def test_dev_slurm_up_from_an_installed_wheel(wheel_venv, slurm_cluster, tmp_pat
     )
 
     etc = slurm_cluster.state_dir / "etc"
-    before = {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in etc.iterdir()}
+    before = {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in etc.rglob("*") if path.is_file()}
     daemons = {
         name: dev_slurm.pid_of(dev_slurm.Layout(slurm_cluster.state_dir), name) for name in dev_slurm.daemon_names()
     }
@@ -117,7 +117,9 @@ def test_dev_slurm_up_from_an_installed_wheel(wheel_venv, slurm_cluster, tmp_pat
     print(f"[wheel] `cellscale dev slurm up` on the running cluster: {time.monotonic() - began:.1f} s")
     assert "cluster already running" in up.stdout, up.stdout
     assert "wrote " not in up.stdout and "config changed" not in up.stdout, up.stdout  # same configs
-    assert {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in etc.iterdir()} == before
+    assert {
+        path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in etc.rglob("*") if path.is_file()
+    } == before
     assert {
         name: dev_slurm.pid_of(dev_slurm.Layout(slurm_cluster.state_dir), name) for name in dev_slurm.daemon_names()
     } == daemons  # nothing restarted

@@ -47,9 +47,13 @@ def test_a_ctld_state_made_for_the_old_cluster_name_is_cleared(tmp_path):
     mine = tmp_path / "spool" / "slurmctld-dcb"
     mine.mkdir()
     (mine / "clustername").write_text("dcb\n")
+    layout.jobs.mkdir()
+    (layout.jobs / "126.out").write_text("the old cluster's job 126")
+    (layout.jobs / "notes.out").write_text("not a job's")
     dev_slurm.clear_foreign_ctld_state(layout, lambda line: None)
     assert list(old.iterdir()) == []
     assert (mine / "clustername").exists()
+    assert sorted(p.name for p in layout.jobs.iterdir()) == ["notes.out"]  # job ids start again at 1
 
 
 def test_power_scripts_are_python_with_absolute_paths(tmp_path):

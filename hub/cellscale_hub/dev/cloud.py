@@ -219,6 +219,21 @@ class Cloud:
         # epilog never answered by the dead slurmd (measured on 22.05).
         self.scontrol("update", f"nodename={node}", "state=down", "reason=spot-reclaim: reclaimed")
         self.scontrol("update", f"nodename={node}", "state=power_down")
+        # a node that was drained and idle at the kill (its job already gone: cellscale
+        # preempted it on the notice) ends `down~`, DOWN and powered down, and would stay so:
+        # once powered down, resume clears DOWN and the node is `idle~` again (measured on 22.05)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not self.short_state(node).endswith("~"):
+            time.sleep(0.5)
+        if self.short_state(node).startswith(("down", "drain", "drng")):
+            self.scontrol("update", f"nodename={node}", "state=resume")
+
+    def short_state(self, node: str) -> str:
+        """sinfo's short state of one node (`idle~`, `down~`, `mix#`, ...); empty if unknown."""
+        argv = [str(Path(self.config["scontrol"]).with_name("sinfo")), "-h", "-N", "-n", node, "-o", "%t"]
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_CONF": self.config["slurm_conf"], "LANG": "C.UTF-8"}
+        result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30, check=False)
+        return result.stdout.strip().split("\n")[0] if result.returncode == 0 else ""
 
     def snapshot(self) -> dict:
         now = time.time()

@@ -502,6 +502,13 @@ def clear_foreign_ctld_state(layout: Layout, log: Log) -> None:
                 else:
                     subprocess.run(["rm", "-rf", "--", str(entry)], check=False)
             log(f"cleared {spool}: it was made for cluster {made_for!r}, not {cluster!r}")
+            # job ids start again at 1: the old jobs' output files (jobs/<id>.out, owned by
+            # whoever ran them) would refuse the new jobs' output (Permission denied)
+            old_outputs = [p for p in layout.jobs.glob("*.out") if p.stem.isdigit()]
+            for output in old_outputs:
+                output.unlink(missing_ok=True)
+            if old_outputs:
+                log(f"removed {len(old_outputs)} output file(s) of the old cluster's jobs from {layout.jobs}")
 
 
 def prepare_state(layout: Layout, template_dir: Traversable, log: Log) -> Settings:
