@@ -28,7 +28,7 @@ TENANCY = Tenancy.model_validate(
         },
         "tenants": {
             "desk-a": {"queues": {"default": {"cluster_queue": "desk-a"}}, "burst": "allow"},
-            "desk-b": {"queues": {"default": {"cluster_queue": "desk-b"}}},
+            "desk-b": {"queues": {"default": {"cluster_queue": "desk-b"}}, "burst": "allow"},
         },
     }
 )
@@ -165,3 +165,34 @@ def test_cloud_dollars_include_boot_and_idle_tail():
     assert o.usd == pytest.approx(16 * 2.5 * (3600 + 90 + 60) / 3600)
     assert o.start_in_s == 90
     assert choose([o]) is o
+
+
+def test_a_budget_holds_across_the_jobs_admitted_in_one_cycle():
+    """$60 left: the first $41 burst fits, the second would overspend."""
+    holders = (holder("b1", "dca", 32, 6.0), holder("b2", "dcb", 16, 6.0))
+    jobs = (
+        Workload("j1", "desk-a", 8, tenant="desk-a", submitted=1.0, runtime_s=2 * HOUR),
+        Workload("j2", "desk-a", 8, tenant="desk-a", submitted=2.0, runtime_s=2 * HOUR),
+    )
+    spend = {"desk-a": Spend(Budget(usd=60, period="week"), spent_usd=0)}
+    snap = Snapshot(TENANCY, CAPACITY, holders, jobs, now=0.0, sites=SITES, spend=spend)
+    decision = schedule(snap)
+    assert [a.job_id for a in decision.admit] == ["j1"]
+    assert "would cost ≈$41 > $19 left of the weekly budget" in decision.pending["j2"].message
+
+
+def test_a_wait_counts_the_jobs_already_waiting_for_the_same_site():
+    """dca frees 16 GPUs in 5 minutes and the rest in 6 h: the first 16-GPU job waits for those
+    16; the next one would get them only after it, in 6 h, so it bursts."""
+    holders = (
+        holder("b1", "dca", 16, 5 / 60, cq="desk-a"),
+        holder("b2", "dca", 16, 6.0, cq="desk-b"),
+        holder("b3", "dcb", 16, 6.0),
+    )
+    first = Workload("ja", "desk-a", 16, tenant="desk-a", submitted=1.0)
+    second = Workload("jb", "desk-b", 16, tenant="desk-b", submitted=2.0)
+    snap = Snapshot(TENANCY, CAPACITY, holders, (first, second), now=0.0, sites=SITES)
+    decision = schedule(snap)
+    waits = [j for j in ("ja", "jb") if j in decision.pending]
+    assert len(waits) == 1 and decision.pending[waits[0]].message.startswith("waits for dca")
+    assert [a.flavor for a in decision.admit] == ["burst"]

@@ -294,6 +294,16 @@ class Cycle:
     promised: dict[str, list[Holder]] = field(default_factory=dict)  # head -> the victims freeing its GPUs
     taken: set[str] = field(default_factory=set)  # victims promised to some head
     ceilings: dict[tuple[str, str], tuple[Ceiling, ...]] = field(default_factory=dict)  # memo: (queue, flavor)
+    spent: dict[str, float] = field(default_factory=dict)  # tenant -> cloud dollars admitted in this cycle
+    waiting_for: dict[str, list[int]] = field(default_factory=dict)  # flavor -> demand of the heads waiting there
+    on_flavor: dict[str, list[Holder]] | None = None  # memo: the holders of each flavor
+
+    def holders_on(self, snap: Snapshot, flavor: str) -> list[Holder]:
+        if self.on_flavor is None:
+            self.on_flavor = defaultdict(list)
+            for h in snap.holders:
+                self.on_flavor[h.flavor].append(h)
+        return self.on_flavor.get(flavor, [])
 
     def never_fits(self, snap: Snapshot, job: Workload, flavors: list[str]) -> Ceiling | None:
         """The never-fits rule (scheduling.ceiling) against the flavors' capacity now,
@@ -349,12 +359,18 @@ def schedule(snap: Snapshot) -> Decision:
         if flavor is not None:
             usage.add(cq, flavor, job.demand)
             queue_use[cq] = queue_use.get(cq, 0.0) + job.demand.weight(weights)
-            placed = _placed_words(snap, job, best, offers) if offers else None
+            placed = _placed_words(snap, job, best, offers, cycle) if offers else None
+            if offers and best.cloud:
+                cycle.spent[job.tenant] = cycle.spent.get(job.tenant, 0.0) + best.total_usd
             decision.admit.append(Admission(job.job_id, flavor, usage.borrowed(cq, flavor), placed))
             _advance(heads, queues, cq)
             continue
         if offers is not None:
             flavors = [best.flavor] if best is not None else []
+        for f in flavors[:1]:  # jobs that wait there later queue behind it (their estimates count it)
+            acc = cycle.waiting_for.setdefault(f, [0, 0, 0])
+            for i, amount in enumerate(job.demand):
+                acc[i] += amount
         for victim in _make_room(snap, usage, job, flavors, cycle) if flavors else ():
             decision.preempt.append(Preemption(victim.job_id, job.job_id, _victim_reason(usage, victim, job)))
         if offers is None:
@@ -462,28 +478,42 @@ def _offers(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], cyc
                 data=job.data,
                 sites=snap.tenancy.sites,
                 fits_now=fits,
-                blocked_until_s=None if fits else _blocked_for(snap, usage, job, f),
+                blocked_until_s=None if fits else _blocked_for(snap, usage, job, f, cycle),
                 wait_usd_per_gpu_hour=wait_value,
-                spend=snap.spend.get(job.tenant),
+                spend=_spend(snap, cycle, job.tenant),
             )
         )
     return out
 
 
-def _blocked_for(snap: Snapshot, usage: Usage, job: Workload, flavor: str) -> float | None:
-    """Seconds until the jobs in the way on `flavor` have ended (at their time limits)."""
+def _spend(snap: Snapshot, cycle: Cycle, tenant: str) -> Spend | None:
+    """The tenant's cloud spend, counting what this cycle already admitted to the cloud."""
+    spend = snap.spend.get(tenant)
+    if spend is None or not cycle.spent.get(tenant):
+        return spend
+    return Spend(spend.budget, spend.spent_usd + cycle.spent[tenant])
+
+
+def _blocked_for(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle: Cycle) -> float | None:
+    """Seconds until the jobs in the way on `flavor` have ended (at their time limits), enough
+    for this job and for the heads already waiting there ahead of it."""
     short = usage.short(job.cluster_queue, flavor, job.demand)
+    ahead = cycle.waiting_for.get(flavor, (0, 0, 0))
     if short is None:
-        return 0.0  # fits, but a blocked head ahead claims it: frees when that head starts
-    resource, available, code = short
+        if not any(ahead):
+            return 0.0  # fits, but a blocked head ahead claims it: frees when that head starts
+        resource = RESOURCES[next(i for i, a in enumerate(ahead) if a)]
+        available, code = usage.headroom(job.cluster_queue, flavor, resource)[0], PendingCode.CapacityFull
+    else:
+        resource, available, code = short
     i = RESOURCES.index(resource)
-    holders = _holders_in_the_way(snap, usage, job, flavor, code, i)
-    until = _estimate(snap, holders, job.demand[i] - available, i)
+    holders = _holders_in_the_way(snap, usage, job, flavor, code, i, cycle)
+    until = _estimate(snap, holders, job.demand[i] + ahead[i] - available, i)
     return None if until is None else until - snap.now
 
 
-def _placed_words(snap: Snapshot, job: Workload, best: Offer, offers: list[Offer]) -> str:
-    spend = snap.spend.get(job.tenant)
+def _placed_words(snap: Snapshot, job: Workload, best: Offer, offers: list[Offer], cycle: Cycle) -> str:
+    spend = _spend(snap, cycle, job.tenant)
     return f"placed at {best.site}: {table_words(offers, job.tenant, spend)}"
 
 
@@ -491,7 +521,7 @@ def _site_reason(
     snap: Snapshot, usage: Usage, job: Workload, best: Offer | None, offers: list[Offer], cycle: Cycle
 ) -> PendingReason:
     """Why a job with a choice of sites waits: the table, and what blocks the site it waits for."""
-    table = table_words(offers, job.tenant, snap.spend.get(job.tenant))
+    table = table_words(offers, job.tenant, _spend(snap, cycle, job.tenant))
     if best is None:
         return PendingReason(
             PendingCode.NoFlavor, f"no site may take it now: {table}", 1, needs=job.gpus, offers=tuple(offers)
@@ -674,7 +704,7 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
     resource, available, code = shortages[flavor]
     i = RESOURCES.index(resource)
     needs = job.demand[i]
-    holders = _holders_in_the_way(snap, usage, job, flavor, code, i)
+    holders = _holders_in_the_way(snap, usage, job, flavor, code, i, cycle)
     message = _blocked_words(usage, job, flavor, resource, available, code)
     ahead = tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, _why(usage, h, cq)) for h in holders[:MAX_AHEAD])
     if ahead:
@@ -728,7 +758,7 @@ def _held(h: Holder, i: int) -> str:
 
 
 def _holders_in_the_way(
-    snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: PendingCode, i: int
+    snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: PendingCode, i: int, cycle: Cycle
 ) -> list[Holder]:
     """Whose end would help: its own queue's jobs when its quota is the limit; otherwise the
     jobs of its tree (of the whole flavor when the backend is full), borrowers first; only
@@ -742,7 +772,7 @@ def _holders_in_the_way(
             return h.cluster_queue == cq
         return code is PendingCode.CapacityFull or usage.root.get(h.cluster_queue) == usage.root[cq]
 
-    found = [h for h in snap.holders if h.flavor == flavor and helps(h)]
+    found = [h for h in cycle.holders_on(snap, flavor) if helps(h)]
     borrowed = {q: usage.borrowed(q, flavor, i) for q in {h.cluster_queue for h in found}}
     found.sort(key=lambda h: (-borrowed[h.cluster_queue], -h.demand[i], h.job_id))
     return found
