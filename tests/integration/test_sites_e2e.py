@@ -25,8 +25,8 @@ from cellscale_hub.drivers.slurm import SlurmDriver
 from cellscale_hub.store.db import Store
 from cellscale_hub.tenancy import Tenancy
 from tests.controlplane.conftest import Plane
-from tests.controlplane.test_admission import TRAIN
 from tests.integration.slurm_fixtures import slurm_cluster  # noqa: F401 - the fixture
+from tests.integration.test_slurm_admission import submit_checkpointing
 from tests.integration.test_slurm_backend import TERMINAL, logs
 from tests.integration.test_slurm_sites import POWER_DOWN_S, SLACK_S, short_states, wait_powered_down
 
@@ -235,16 +235,7 @@ def test_a_spot_reclaim_checkpoints_and_resumes_elsewhere_to_the_same_result(pla
     fill(plane, "dca", 2, 40)
     fill(plane, "dca", 2, 40)
     fill(plane, "dcb", 2, 40)
-    ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=slurm_cluster.jobs_dir))
-    ckpt.chmod(0o777)
-    cell = plane.submit(
-        "alice",
-        source=TRAIN,
-        launcher="plain",
-        outputs=["total"],
-        resources={"nodes": 2, "gpus_per_node": 8},
-        env={"CKPT_DIR": str(ckpt), "STEPS": str(STEPS), "STEP_S": "0.5"},
-    ).json()
+    cell = submit_checkpointing(plane, slurm_cluster, nodes=2, steps=STEPS, step_s=0.5)
     running = plane.run_until(cell["id"], {Phase.RUNNING}, timeout=120)
     assert running["backend"] == "burst"
     time.sleep(3)

@@ -85,18 +85,24 @@ def test_quotas_are_mirrored_into_slurm_accounts(slurm_plane, slurm_cluster):
     assert assoc(slurm_cluster, "desk-b") == ("gres/gpu=32", "500")
 
 
-def test_borrowed_gpus_are_reclaimed_with_a_warning_and_the_borrower_resumes(slurm_plane, slurm_cluster):
-    slurm_plane.controller.preemption_grace_s = 60
-    ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=slurm_cluster.jobs_dir))
+def submit_checkpointing(plane, cluster, *, nodes: int, steps: int, step_s: float) -> dict:
+    """alice's training cell (a checkpoint when warned; TRAIN) on whole 8-GPU nodes, saving to a
+    folder she can write."""
+    ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=cluster.jobs_dir))
     ckpt.chmod(0o777)  # the job runs as alice
-    borrower = slurm_plane.submit(
+    return plane.submit(
         "alice",
         source=TRAIN,
         launcher="plain",
         outputs=["total"],
-        resources={"nodes": 3, "gpus_per_node": 8},
-        env={"CKPT_DIR": str(ckpt), "STEPS": str(STEPS), "STEP_S": "0.25"},
+        resources={"nodes": nodes, "gpus_per_node": 8},
+        env={"CKPT_DIR": str(ckpt), "STEPS": str(steps), "STEP_S": str(step_s)},
     ).json()
+
+
+def test_borrowed_gpus_are_reclaimed_with_a_warning_and_the_borrower_resumes(slurm_plane, slurm_cluster):
+    slurm_plane.controller.preemption_grace_s = 60
+    borrower = submit_checkpointing(slurm_plane, slurm_cluster, nodes=3, steps=STEPS, step_s=0.25)
     running = slurm_plane.run_until(borrower["id"], {Phase.RUNNING}, timeout=180)
     assert running["borrowed"] == 8  # 24 GPUs on a nominal 16: desk-b's idle GPUs
     owner = slurm_plane.submit(
