@@ -913,6 +913,18 @@ def node_states(layout: Layout, cluster: str = CLUSTER) -> dict[str, str]:
     return dict(line.split(maxsplit=1) for line in result.stdout.splitlines() if line.strip())
 
 
+def heal_cloud_nodes(layout: Layout, log: Log) -> None:
+    """A cloud node left DOWN while powered down (`down~`: a reclaim or a failed resume from an
+    earlier run) would never be used again: resume it (it stays powered down, `idle~`)."""
+    stuck = [n for n, state in node_states(layout).items() if n in CLOUD_NODES and state.startswith(("down", "drain"))]
+    stuck = [n for n in stuck if node_states(layout)[n].endswith("~")]
+    if stuck:
+        run_cmd(
+            [str(BIN / "scontrol"), "update", f"nodename={','.join(stuck)}", "state=resume"], env=client_env(layout)
+        )
+        log(f"resumed cloud node(s) {', '.join(stuck)}: they were left DOWN while powered down")
+
+
 READY_SHORT_STATES = {"idle", "mix", "alloc", "comp"}
 
 
@@ -1080,6 +1092,7 @@ def up(
                 wait_nodes_ready(layout, log, cluster=DCB_CLUSTER, nodes=DCB_NODES)
                 wait_controller_registered(layout, cluster=DCB_CLUSTER)
         limit_partition_qos(layout, log)
+        heal_cloud_nodes(layout, log)
         ensure_accounts(layout, log, clusters)
         for cluster in clusters:
             wait_controller_knows_users(layout, cluster=cluster)
