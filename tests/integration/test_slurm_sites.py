@@ -216,6 +216,12 @@ def grp_tres(cluster, account: str) -> dict[str, str]:
 def test_the_driver_against_dcb_estimates_and_scopes_account_limits_to_dcb(slurm_cluster, cloud):
     dcb = driver_for(slurm_cluster, name="dcb", partition="gpu", conf=slurm_cluster.sites.dcb_env)
     assert dcb.cluster_name() == "dcb"
+    deadline = time.monotonic() + 60  # earlier tests' jobs on dcb may still be completing
+    while time.monotonic() < deadline:
+        states = slurm_cluster.run(["sinfo", "-M", "dcb", "-h", "-N", "-o", "%t"]).stdout.split()
+        if states and all(state == "idle" for state in states if not state.startswith("CLUSTER")):
+            break
+        time.sleep(0.5)
     at = dcb.start_estimate(JobSpec(source="x", resources={"nodes": 2, "gpus_per_node": 8}), "desk-a")
     assert at is not None and abs(at - time.time()) < 60, at
     before = grp_tres(slurm_cluster, "desk-b")

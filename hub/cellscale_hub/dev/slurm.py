@@ -941,11 +941,13 @@ def wait_nodes_ready(
             return
         for node, state in states.items():
             if state.rstrip("*") in ("down", "drain", "drng"):
-                run_cmd(
+                resumed = run_cmd(
                     [str(BIN / "scontrol"), "update", f"nodename={node}", "state=resume"],
                     env=cluster_env(layout, cluster),
+                    check=False,  # it may have come back by itself since sinfo answered
                 )
-                log(f"resumed {node} (was {state})")
+                if resumed.returncode == 0:
+                    log(f"resumed {node} (was {state})")
         time.sleep(0.3)
     raise ClusterError(
         f"{cluster}: nodes not ready within {timeout:.0f} s: {states}{log_tail(layout.console('slurmd-' + nodes[0]))}"
