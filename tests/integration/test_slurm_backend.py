@@ -153,7 +153,9 @@ def test_a_killed_rank_on_slurm_is_retried_and_resumes_to_the_same_result(slurm_
     assert done["phase"] == "SUCCEEDED", logs(slurm_plane, job["id"])
     result = slurm_plane.http.get(f"/api/jobs/{job['id']}/result", headers=slurm_plane.as_("alice"))
     assert cloudpickle.loads(result.content) == {"total": TRAIN_TOTAL}
-    assert [a["fault"] for a in done["attempts"]] == ["infrastructure", None]
+    assert [a["fault"] for a in done["attempts"]] == ["infrastructure", None], [
+        (a["backend_ref"], a["state"], a["end_reason"]) for a in done["attempts"]
+    ]
     assert done["excluded_nodes"] == []  # a dead process is not a dead node
 
 
