@@ -916,8 +916,11 @@ def node_states(layout: Layout, cluster: str = CLUSTER) -> dict[str, str]:
 def heal_cloud_nodes(layout: Layout, log: Log) -> None:
     """A cloud node left DOWN while powered down (`down~`: a reclaim or a failed resume from an
     earlier run) would never be used again: resume it (it stays powered down, `idle~`)."""
-    stuck = [n for n, state in node_states(layout).items() if n in CLOUD_NODES and state.startswith(("down", "drain"))]
-    stuck = [n for n in stuck if node_states(layout)[n].endswith("~")]
+    stuck = [
+        n
+        for n, state in node_states(layout).items()
+        if n in CLOUD_NODES and state.startswith(("down", "drain")) and state.endswith("~")
+    ]
     if stuck:
         run_cmd(
             [str(BIN / "scontrol"), "update", f"nodename={','.join(stuck)}", "state=resume"], env=client_env(layout)
