@@ -105,7 +105,7 @@ class SiteBoard:
             if account is None:
                 raise LookupError("no desk has quota there")
             view = driver.capacity()
-            probe = JobSpec(source="", resources=Resources(gpus_per_node=view.gpus_per_node, timeout_min=60))
+            probe = JobSpec(source="pass", resources=Resources(gpus_per_node=view.gpus_per_node, timeout_min=60))
             at = driver.start_estimate(probe, account)
             seconds = max(0.0, at - time.time()) if at is not None else 0.0
         except Exception:  # an estimate is a hint: placement goes on without it

@@ -71,14 +71,57 @@ class Dataset(Strict):
 
 
 class Budget(Strict):
-    """A tenant's dollars per period for cloud capacity: placement never bursts past it."""
+    """A desk's budget per period (a rolling window): dollars, GPU-hours, or both. It covers
+    all its spend (`covers: all`: GPU-hours at each flavor's price, cloud bills) or only the
+    cloud's (`covers: cloud`). Placement never bursts past its dollars; crossing each
+    `warn_at` fraction is reported (desk quota view, `/metrics`, the DeskBudgetBurnTooFast
+    alert); with `hard_stop` the desk's new work is held once it is spent."""
 
-    usd: float = Field(ge=0)
+    usd: float | None = Field(None, ge=0, description="Dollars per period; absent: no dollar limit.")
+    gpu_hours: float | None = Field(
+        None, ge=0, exclude_if=lambda value: value is None, description="GPU-hours per period; absent: no limit."
+    )
     period: Literal["day", "week", "month"] = "week"
+    covers: Literal["all", "cloud"] = Field(
+        "all", exclude_if=lambda value: value == "all", description="What counts against it: all spend or the cloud's."
+    )
+    warn_at: tuple[float, ...] = Field(
+        (0.5, 0.8, 1.0),
+        exclude_if=lambda value: value == (0.5, 0.8, 1.0),
+        description="Fractions of the budget at which the desk is warned.",
+    )
+    hard_stop: bool = Field(
+        False, exclude_if=lambda value: not value, description="Hold the desk's new work once the budget is spent."
+    )
+
+    @model_validator(mode="after")
+    def _a_limit(self) -> Budget:
+        if self.usd is None and self.gpu_hours is None:
+            raise ValueError("a budget needs usd, gpu_hours or both")
+        if any(not 0 < f <= 10 for f in self.warn_at):
+            raise ValueError("warn_at fractions must be above 0 (1.0 = the whole budget)")
+        return self
 
     @property
     def seconds(self) -> float:
         return {"day": 86400.0, "week": 7 * 86400.0, "month": 30 * 86400.0}[self.period]
+
+    @property
+    def period_words(self) -> str:
+        return {"day": "daily", "week": "weekly", "month": "monthly"}[self.period]
+
+
+class IdlePolicy(StrEnum):
+    """Who pays for GPUs nobody held (OpenCost's shared idle)."""
+
+    none = "none"  # nobody: shown as the fleet's idle
+    even = "even"  # split evenly among the desks with quota on the flavor
+    proportional = "proportional"  # split by what each desk held of the flavor in the window
+    owner = "owner"  # each desk pays its reserved-but-unused quota; the rest is shared idle
+
+
+class CostPolicy(Strict):
+    idle: IdlePolicy = Field(IdlePolicy.proportional, description="Who pays for the fleet's idle GPUs.")
 
 
 class Flavor(Strict):
@@ -88,6 +131,12 @@ class Flavor(Strict):
         exclude_if=lambda value: value is None,
         description="The site (datacenter or cloud pool) of these nodes; jobs are placed across the sites of "
         "their queue's flavors.",
+    )
+    gpu_hour_usd: float | None = Field(
+        None,
+        ge=0,
+        exclude_if=lambda value: value is None,
+        description="Dollars per GPU-hour on this flavor; absent: its site's price (0 without a site).",
     )
     cpu_only: bool = Field(
         False,
@@ -201,7 +250,7 @@ class Tenant(Strict):
         description="Whether its jobs may go to cloud sites by default (--burst overrides).",
     )
     budget: Budget | None = Field(
-        None, exclude_if=lambda value: value is None, description="Dollars per period it may spend on the cloud."
+        None, exclude_if=lambda value: value is None, description="Its spending limit per period."
     )
     wait_usd_per_gpu_hour: float = Field(
         2.0,
@@ -222,6 +271,7 @@ class Tenancy(Strict):
         default_factory=lambda: {"low": -100, DEFAULT_PRIORITY_CLASS: 0, "high": 100}
     )
     resource_weights: ResourceWeights = Field(default_factory=ResourceWeights)
+    cost: CostPolicy = Field(default_factory=CostPolicy, exclude_if=lambda value: value == CostPolicy())
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Tenancy:
@@ -305,6 +355,14 @@ class Tenancy(Strict):
     def is_cloud(self, flavor: str) -> bool:
         site = self.site_of(flavor)
         return site is not None and site.kind is SiteKind.cloud
+
+    def price_of(self, flavor: str) -> float:
+        """Dollars per GPU-hour on the flavor: its own price, else its site's."""
+        config = self.flavors[flavor]
+        if config.gpu_hour_usd is not None:
+            return config.gpu_hour_usd
+        site = self.site_of(flavor)
+        return site.gpu_hour_usd if site else 0.0
 
     def is_cloud_site(self, site: str) -> bool:
         return self.sites[site].kind is SiteKind.cloud

@@ -138,6 +138,7 @@ class PendingCode(StrEnum):
     Preempting = "Preempting"  # victims were warned; it starts when their GPUs are free
     NeverFits = "NeverFits"  # larger than its queue or backend could ever give: change the request
     NoFlavor = "NoFlavor"  # its queue has no flavor on the backend the job was shaped for
+    BudgetSpent = "BudgetSpent"  # its desk spent its budget and the budget has a hard stop
 
 
 class EventKind(StrEnum):

@@ -19,7 +19,7 @@ TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED}
 def site_tenancy(burst: str = "allow", budget: float | None = None) -> Tenancy:
     desk = {"queues": {"default": {"cluster_queue": "desk-a"}}, "burst": burst}
     if budget is not None:
-        desk["budget"] = {"usd": budget, "period": "week"}
+        desk["budget"] = {"usd": budget, "period": "week", "covers": "cloud"}
     return Tenancy.model_validate(
         {
             "sites": {

@@ -40,7 +40,7 @@ STEPS = 40
 def site_tenancy(budget: float | None = 50.0) -> Tenancy:
     desk_a = {"queues": {"default": {"cluster_queue": "desk-a"}}, "burst": "allow"}
     if budget is not None:
-        desk_a["budget"] = {"usd": budget, "period": "week"}
+        desk_a["budget"] = {"usd": budget, "period": "week", "covers": "cloud"}
     quotas = {"dca": {"nominal": 16}, "dcb": {"nominal": 8}, "burst": {"nominal": 16}}
     return Tenancy.model_validate(
         {

@@ -5,6 +5,7 @@ each site. Every test leaves the cloud in mode ok and cancels its jobs."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -213,7 +214,7 @@ def grp_tres(cluster, account: str) -> dict[str, str]:
     return {c: tres for c, user, tres in (line.split("|") for line in out.splitlines()) if not user}
 
 
-def test_the_driver_against_dcb_estimates_and_scopes_account_limits_to_dcb(slurm_cluster, cloud):
+def test_the_driver_against_dcb_estimates_and_scopes_account_limits_to_dcb(slurm_cluster, cloud, caplog):
     dcb = driver_for(slurm_cluster, name="dcb", partition="gpu", conf=slurm_cluster.sites.dcb_env)
     assert dcb.cluster_name() == "dcb"
     deadline = time.monotonic() + 60  # earlier tests' jobs on dcb may still be completing
@@ -224,11 +225,20 @@ def test_the_driver_against_dcb_estimates_and_scopes_account_limits_to_dcb(slurm
         time.sleep(0.5)
     spec = JobSpec(source="x", resources={"nodes": 2, "gpus_per_node": 8})
     at = dcb.start_estimate(spec, "desk-a")
-    while at is None and time.monotonic() < deadline + 60:  # a restarted dcb (an earlier test) settles first
+    while at is None and time.monotonic() < deadline + 90:  # a restarted dcb (an earlier test) settles first
         time.sleep(2)
         dcb._estimates.clear()
+        dcb._account_users.clear()
         at = dcb.start_estimate(spec, "desk-a")
-    assert at is not None and abs(at - time.time()) < 60, at
+    if at is None:  # say why: seen once in CI after the sites e2e tests, never alone
+        dcb.log.setLevel(logging.DEBUG)
+        dcb._estimates.clear()
+        with caplog.at_level(logging.DEBUG):
+            dcb.start_estimate(spec, "desk-a")
+        nodes = slurm_cluster.run(["sinfo", "-M", "dcb", "-N", "-o", "%N %t %E"]).stdout
+        queue = slurm_cluster.run(["squeue", "-M", "dcb", "-o", "%i %T %a %u %R"]).stdout
+        pytest.fail(f"no estimate from dcb; driver said: {caplog.text}\n{nodes}\n{queue}")
+    assert abs(at - time.time()) < 60, at
     before = grp_tres(slurm_cluster, "desk-b")
     try:
         dcb.apply_tenancy(SITES_TENANCY)

@@ -99,6 +99,8 @@ class Observation:
     checkpoint: Checkpoint | None = None  # the newest this attempt committed (filled in by Driver.observe_attempts)
     resume: ResumeReport | None = None  # what this attempt resumed from (filled in by Driver.observe_attempts)
     result: bool = False  # rank 0 wrote its outputs (filled in by Driver.observe_attempts once the attempt SUCCEEDED)
+    # the allocation's start and end (None: still held) as the backend's own scheduler has them: the ledger's clock
+    held: tuple[float, float | None] | None = None
 
 
 def heartbeat_of(ref: AttemptRef, nodes: int) -> tuple[datetime | None, int | None]:

@@ -15,6 +15,7 @@ queue, one `sacct --json` per poll cycle; a job neither knows about is UNKNOWN, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -721,7 +722,7 @@ class SlurmDriver(Driver):
             history = {str(j["job_id"]): j for j in accounting["jobs"]}
         for job_id, ref in ids.items():
             entry = history.get(job_id) or queue.get(job_id)
-            observed[ref.key] = self._observe(ref, entry)
+            observed[ref.key] = dataclasses.replace(self._observe(ref, entry), held=_held(entry))
         return observed
 
     def _observe(self, ref: AttemptRef, entry: dict | None) -> Observation:
@@ -1057,6 +1058,21 @@ def _tres(text: str) -> dict[str, str]:
 def _key_values(line: str) -> dict[str, str]:
     """`scontrol -o show ...`'s `Key=Value Key=Value` line as a dict."""
     return dict(item.split("=", 1) for item in line.split() if "=" in item)
+
+
+def _held(entry: dict | None) -> tuple[float, float | None] | None:
+    """The allocation's start and end as Slurm's own records have them (squeue's start_time of a
+    started job; sacct's time.start and time.end); None before it started."""
+    if entry is None or _state(entry) in QUEUED:
+        return None
+    times = entry.get("time")
+    if isinstance(times, dict):  # sacct
+        start, end = times.get("start") or 0, times.get("end") or 0
+    else:  # squeue: a running job's end_time is its time limit, not an end
+        start, end = entry.get("start_time") or 0, (entry.get("end_time") or 0) if _state(entry) in ENDED else 0
+    if not start:
+        return None
+    return float(start), float(end) if end and end >= start else None
 
 
 def _exit_code(entry: dict) -> int | None:

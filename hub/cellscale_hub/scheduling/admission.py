@@ -350,6 +350,11 @@ def schedule(snap: Snapshot) -> Decision:
             decision.pending[job.job_id] = _never_fits(job, too_big)
             _advance(heads, queues, cq)
             continue
+        held = _over_budget(snap, job)
+        if held is not None:
+            decision.pending[job.job_id] = held
+            _advance(heads, queues, cq)
+            continue
         offers = _offers(snap, usage, job, flavors, cycle) if _across_sites(snap, flavors) else None
         best = choose(offers) if offers else None
         if offers is None:
@@ -631,6 +636,20 @@ def _victim_reason(usage: Usage, victim: Holder, job: Workload) -> str:
 
 
 # -- why pending --------------------------------------------------------------------------
+def _over_budget(snap: Snapshot, job: Workload) -> PendingReason | None:
+    """Held: its desk's budget is spent and stops new work (`hard_stop`)."""
+    spend = snap.spend.get(job.tenant)
+    if spend is None or not spend.budget.hard_stop or not spend.exhausted:
+        return None
+    return PendingReason(
+        PendingCode.BudgetSpent,
+        f"held: {job.tenant} has spent its budget ({spend.words(job.tenant)}), which stops new work; "
+        "it starts when the period's spend falls below the budget or an admin raises it",
+        1,
+        needs=job.gpus,
+    )
+
+
 def _never_fits(job: Workload, best: Ceiling | None) -> PendingReason:
     if best is None:
         return PendingReason(

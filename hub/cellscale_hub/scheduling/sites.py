@@ -15,6 +15,7 @@ Pure functions: the controller (and the trace replay) supply the `SiteState`s.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -39,14 +40,39 @@ class SiteState:
 
 @dataclass(frozen=True)
 class Spend:
-    """A tenant's cloud spend against its budget in the current period."""
+    """A tenant's spend against its budget in the current period (what the budget covers)."""
 
     budget: Budget
     spent_usd: float
+    spent_gpu_hours: float = 0.0
 
     @property
     def left_usd(self) -> float:
-        return max(0.0, self.budget.usd - self.spent_usd)
+        return math.inf if self.budget.usd is None else max(0.0, self.budget.usd - self.spent_usd)
+
+    @property
+    def fraction(self) -> float:
+        """The larger of the dollars and GPU-hours spent, as a fraction of the budget."""
+        parts = [0.0]
+        if self.budget.usd is not None:
+            parts.append(self.spent_usd / self.budget.usd if self.budget.usd else math.inf)
+        if self.budget.gpu_hours is not None:
+            parts.append(self.spent_gpu_hours / self.budget.gpu_hours if self.budget.gpu_hours else math.inf)
+        return max(parts)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.fraction >= 1.0
+
+    def words(self, tenant: str) -> str:
+        """"$512 of desk-a's weekly $500 budget (102%)"."""
+        b = self.budget
+        parts = []
+        if b.usd is not None:
+            parts.append(f"{usd_words(self.spent_usd)} of {tenant}'s {b.period_words} {usd_words(b.usd)}")
+        if b.gpu_hours is not None:
+            parts.append(f"{self.spent_gpu_hours:,.1f} of {b.gpu_hours:,.0f} GPU-hours")
+        return f"{' and '.join(parts)} budget ({self.fraction:.0%})"
 
 
 @dataclass(frozen=True)
@@ -147,10 +173,10 @@ def offer_words(o: Offer, tenant: str, spend: Spend | None) -> str:
     words = f"{o.site} starts now" if when == "now" else f"{o.site} {when}"
     if o.cloud:
         words += f" for ≈{usd_words(o.total_usd)}"
-        if spend is not None and spend.budget.usd > 0:
+        if spend is not None and spend.budget.usd:
             share = o.total_usd / spend.budget.usd
             of = f"{share:.0%} of" if share < 10 else f"{share:,.0f}×"
-            words += f" ({of} {tenant}'s {spend.budget.period}ly budget)"
+            words += f" ({of} {tenant}'s {spend.budget.period_words} budget)"
     if o.move_gb > 0:
         words += f", moving {o.move_gb:,.0f} GB" + (f" (≈${o.move_usd:,.2f} egress)" if o.move_usd else "")
     if o.excluded:

@@ -146,6 +146,16 @@ class Attempt(Base):
     last_step: Mapped[int | None] = mapped_column(Integer)
     last_step_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # when last_step last changed
     resumed_step: Mapped[int | None] = mapped_column(Integer)  # reported by the job once it loaded a checkpoint
+    # the cost ledger: the backend's own start and end of the allocation (Slurm's Start/End),
+    # how far the ledger rows cover it, and what it used so far (its nodes' usage records, summed)
+    flavor: Mapped[str | None] = mapped_column(String(63))  # the flavor it was admitted to (its price)
+    held_from: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    held_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    metered_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    gpu_used_s: Mapped[float | None] = mapped_column(Double)  # None: unknown (no GPU sampler on its nodes)
+    cpu_s: Mapped[float | None] = mapped_column(Double)
+    memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    usd: Mapped[float | None] = mapped_column(Double)  # its allocation's cost so far (the ledger's sum)
 
     job: Mapped[Job] = relationship(back_populates="attempts")
 
@@ -161,6 +171,43 @@ class QueueTotal(Base):
     pending_gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     pending_cpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     ended_gpu_seconds: Mapped[float] = mapped_column(Double, default=0.0, server_default="0")
+
+
+class LedgerRow(Base):
+    """One metering interval of one attempt: the GPUs it held from start to end, what it used
+    of them (None: unknown) and the price then. Rows of an attempt tile its allocation."""
+
+    __tablename__ = "ledger"
+    __table_args__ = (Index("ix_ledger_tenant_end", "tenant", "end"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    tenant: Mapped[str] = mapped_column(String(255))
+    owner: Mapped[str] = mapped_column(String(255))
+    backend: Mapped[str] = mapped_column(String(63))
+    flavor: Mapped[str] = mapped_column(String(63))
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    end: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    gpus: Mapped[int] = mapped_column(Integer)
+    gpu_used_s: Mapped[float | None] = mapped_column(Double)
+    cpu_s: Mapped[float] = mapped_column(Double)
+    usd_per_gpu_hour: Mapped[float] = mapped_column(Double)
+
+
+class CapacityRow(Base):
+    """An on-prem flavor's GPUs over a span, at its price: what the fleet costs."""
+
+    __tablename__ = "ledger_capacity"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    flavor: Mapped[str] = mapped_column(String(63))
+    backend: Mapped[str] = mapped_column(String(63))
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    end: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    gpus: Mapped[int] = mapped_column(Integer)
+    usd_per_gpu_hour: Mapped[float] = mapped_column(Double)
 
 
 class Event(Base):

@@ -18,7 +18,7 @@ from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.scheduling.sites import SiteState, Spend
 from cellscale_hub.store import totals
-from cellscale_hub.store.models import Attempt, Job, QueueTotal
+from cellscale_hub.store.models import Attempt, Job, LedgerRow, QueueTotal
 from cellscale_hub.tenancy import ResourceWeights, Tenancy
 
 HISTORY_HALF_LIVES = 8  # older use weighs under 0.4%: not worth reading
@@ -41,20 +41,37 @@ def snapshot(
         history=history(session, now, half_life_s, tenancy.resource_weights),
         now=now.timestamp(),
         sites=sites or {},
-        spend=cloud_spend(session, tenancy, now) if sites else {},
+        spend=budget_spend(session, tenancy, now),
     )
 
 
-def cloud_spend(session: Session, tenancy: Tenancy, now: datetime) -> dict[str, Spend]:
-    """Each budgeted tenant's cloud dollars over its budget's period (a rolling window): every
-    attempt on a cloud site's backend, at its share of the cloud's own bill once attributed
-    (`cloudbill`), else as the cloud bills it: from the request for its nodes (submit) to its
-    end plus the site's idle tail, at the site's price."""
+def budget_spend(session: Session, tenancy: Tenancy, now: datetime) -> dict[str, Spend]:
+    """Each budgeted tenant's spend over its budget's period (a rolling window), in dollars and
+    GPU-hours: on the cloud (`_cloud_spend`) and, when the budget covers all spend, elsewhere
+    (the ledger, plus the part of running attempts it has not metered yet)."""
     budgets = {name: t.budget for name, t in tenancy.tenants.items() if t.budget is not None}
+    if not budgets:
+        return {}
     clouds = {
         f.backend: tenancy.sites[f.site] for f in tenancy.flavors.values() if f.site and tenancy.is_cloud_site(f.site)
     }
-    if not budgets or not clouds:
+    cloud = _cloud_spend(session, budgets, clouds, now)
+    everything = {t for t, b in budgets.items() if b.covers == "all"}
+    rest = _ledger_spend(session, tenancy, {t: budgets[t] for t in everything}, set(clouds), now) if everything else {}
+    spend = {}
+    for tenant, budget in budgets.items():
+        usd, gpu_s = cloud.get(tenant, (0.0, 0.0))
+        more_usd, more_gpu_s = rest.get(tenant, (0.0, 0.0))
+        spend[tenant] = Spend(budget, usd + more_usd, (gpu_s + more_gpu_s) / 3600)
+    return spend
+
+
+def _cloud_spend(session: Session, budgets: dict, clouds: dict, now: datetime) -> dict[str, tuple[float, float]]:
+    """(dollars, GPU-seconds) on cloud sites per tenant: every attempt on a cloud site's
+    backend, at its share of the cloud's own bill once attributed (`cloudbill`), else as the
+    cloud bills it: from the request for its nodes (submit) to its end plus the site's idle
+    tail, at the site's price."""
+    if not clouds:
         return {}
     since = now - timedelta(seconds=max(b.seconds for b in budgets.values()))
     query = (
@@ -67,17 +84,52 @@ def cloud_spend(session: Session, tenancy: Tenancy, now: datetime) -> dict[str, 
             or_(Attempt.ended_at.is_(None), Attempt.ended_at > since),
         )
     )
-    spent: dict[str, float] = defaultdict(float)
+    spent: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     t = now.timestamp()
     for tenant, gpus, backend, submitted, ended, billed in session.execute(query):
-        if billed is not None and ended is not None:
-            spent[tenant] += billed  # its share of the cloud's own bill (cloudbill)
-            continue
         site = clouds[backend]
         start = max(submitted.timestamp(), t - budgets[tenant].seconds)
         end = ended.timestamp() + site.idle_tail_s if ended else t
-        spent[tenant] += gpus * max(0.0, min(end, t) - start) / 3600 * site.gpu_hour_usd
-    return {tenant: Spend(budget, spent.get(tenant, 0.0)) for tenant, budget in budgets.items()}
+        gpu_s = gpus * max(0.0, min(end, t) - start)
+        spent[tenant][1] += gpu_s
+        # its share of the cloud's own bill once attributed (cloudbill), else the price
+        spent[tenant][0] += billed if billed is not None and ended is not None else gpu_s / 3600 * site.gpu_hour_usd
+    return {tenant: (usd, gpu_s) for tenant, (usd, gpu_s) in spent.items()}
+
+
+def _ledger_spend(
+    session: Session, tenancy: Tenancy, budgets: dict, clouds: set[str], now: datetime
+) -> dict[str, tuple[float, float]]:
+    """(dollars, GPU-seconds) per tenant off the cloud: the ledger's rows within each budget's
+    period, and running attempts from where the ledger stops to now."""
+    t = now.timestamp()
+    since = now - timedelta(seconds=max(b.seconds for b in budgets.values()))
+    spent: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+
+    def add(tenant: str, gpus: int, start: datetime, end: datetime, price: float) -> None:
+        seconds = max(0.0, end.timestamp() - max(start.timestamp(), t - budgets[tenant].seconds))
+        spent[tenant][0] += gpus * seconds / 3600 * price
+        spent[tenant][1] += gpus * seconds
+
+    rows = select(LedgerRow.tenant, LedgerRow.gpus, LedgerRow.start, LedgerRow.end, LedgerRow.usd_per_gpu_hour).where(
+        LedgerRow.tenant.in_(budgets), LedgerRow.end > since, LedgerRow.backend.not_in(clouds)
+    )
+    for tenant, gpus, start, end, price in session.execute(rows):
+        add(tenant, gpus, start, end, price)
+    running = (
+        select(Job.tenant, Job.gpus, Job.flavor, Attempt.held_from, Attempt.metered_until)
+        .join(Attempt, Attempt.job_id == Job.id)
+        .where(
+            Job.tenant.in_(budgets),
+            Attempt.state.in_(ACTIVE_ATTEMPT_STATES),
+            Attempt.held_from.is_not(None),
+            Attempt.backend.not_in(clouds),
+        )
+    )
+    for tenant, gpus, flavor, held_from, metered_until in session.execute(running):
+        price = tenancy.price_of(flavor) if flavor in tenancy.flavors else 0.0
+        add(tenant, gpus, metered_until or held_from, now, price)
+    return {tenant: (usd, gpu_s) for tenant, (usd, gpu_s) in spent.items()}
 
 
 class PendingWorkloads:

@@ -1,0 +1,1 @@
+"""Telemetry and cost: the ledger (metering, attribution), the estimate, and /metrics."""

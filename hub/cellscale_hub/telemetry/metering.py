@@ -1,0 +1,125 @@
+"""Metering: the ledger's rows, written as attempts run and once more when they end.
+
+An attempt's rows tile its allocation, from the backend's own start of it (Slurm's Start) to
+its own end (Slurm's End): each row is the GPUs held over one interval, what the job used of
+them in that interval (its nodes' usage records, cumulative, so a row takes the difference;
+None when no node could sample its GPUs), its CPU seconds, and the flavor's price then. An
+on-prem flavor's capacity is metered the same way, so the fleet's cost over any window is
+known and the ledger can be reconciled against it (telemetry.ledger).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from cellscale.runtime.records import NodeUsage
+from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerRow
+from cellscale_hub.tenancy import Tenancy
+
+
+@dataclass(frozen=True)
+class Used:
+    """What an attempt's nodes used so far, summed over the nodes."""
+
+    gpu_used_s: float | None  # None: some node could not sample its GPUs
+    cpu_s: float
+    memory_peak_bytes: int
+
+
+def used_of(records: Sequence[NodeUsage | None], nodes: int) -> Used | None:
+    """The attempt's use from its nodes' records; None before any node wrote one."""
+    known = [r for r in records if r is not None]
+    if not known:
+        return None
+    gpus_known = len(known) == nodes and all(r.gpu_used_s is not None for r in known)
+    return Used(
+        gpu_used_s=sum(r.gpu_used_s or 0.0 for r in known) if gpus_known else None,
+        cpu_s=sum(r.cpu_s for r in known),
+        memory_peak_bytes=sum(r.memory_peak_bytes for r in known),
+    )
+
+
+def meter_attempt(
+    session: Session, tenancy: Tenancy, job: Job, attempt: Attempt, used: Used | None, now: datetime
+) -> LedgerRow | None:
+    """The next row of the attempt (from where its rows stop to its end, or now), or None when
+    there is nothing to add (not started, or already covered)."""
+    start = attempt.metered_until or attempt.held_from
+    if start is None:
+        return None
+    end = attempt.held_until or (attempt.ended_at if attempt.state.ended else now)
+    if end is None or end <= start:
+        return None
+    held_s = (end - attempt.held_from).total_seconds()
+    gpu_used = None
+    if used is not None and used.gpu_used_s is not None:
+        total = min(used.gpu_used_s, job.gpus * held_s)  # never more than was held (clocks differ a little)
+        gpu_used = max(0.0, total - (attempt.gpu_used_s or 0.0))
+        attempt.gpu_used_s = (attempt.gpu_used_s or 0.0) + gpu_used
+    cpu = 0.0
+    if used is not None:
+        cpu = max(0.0, used.cpu_s - (attempt.cpu_s or 0.0))
+        attempt.cpu_s = (attempt.cpu_s or 0.0) + cpu
+        attempt.memory_peak_bytes = max(attempt.memory_peak_bytes or 0, used.memory_peak_bytes)
+    flavor = attempt.flavor or job.flavor or attempt.backend
+    price = tenancy.price_of(flavor) if flavor in tenancy.flavors else 0.0
+    row = LedgerRow(
+        attempt_id=attempt.id,
+        job_id=job.id,
+        attempt=attempt.number,
+        tenant=job.tenant,
+        owner=job.owner,
+        backend=attempt.backend,
+        flavor=flavor,
+        start=start,
+        end=end,
+        gpus=job.gpus,
+        gpu_used_s=gpu_used,
+        cpu_s=cpu,
+        usd_per_gpu_hour=price,
+    )
+    session.add(row)
+    attempt.metered_until = end
+    attempt.usd = (attempt.usd or 0.0) + job.gpus * (end - start).total_seconds() / 3600 * price
+    return row
+
+
+def unmetered(session: Session, backend: str, since: datetime) -> list[Attempt]:
+    """The backend's attempts whose allocation the ledger does not cover up to now: running
+    ones, and ended ones (since `since`) whose last row is missing."""
+    query = select(Attempt).where(
+        Attempt.backend == backend,
+        Attempt.held_from.is_not(None),
+        (Attempt.ended_at.is_(None)) | (Attempt.ended_at > since),
+    )
+    return [a for a in session.scalars(query) if not a.state.ended or a.metered_until != _final_end(a)]
+
+
+def _final_end(attempt: Attempt) -> datetime | None:
+    return attempt.held_until or attempt.ended_at
+
+
+def meter_capacity(session: Session, tenancy: Tenancy, capacities: dict[str, int], now: datetime) -> None:
+    """Extend each on-prem flavor's capacity span to now (a new span from the last one's end when
+    its GPUs or price changed; a flavor's first span starts now). Cloud flavors are billed by the
+    cloud instead; CPU pools have no GPUs to price."""
+    for flavor, gpus in capacities.items():
+        if flavor not in tenancy.flavors or tenancy.is_cloud(flavor) or tenancy.flavors[flavor].cpu_only:
+            continue
+        price = tenancy.price_of(flavor)
+        last = session.scalars(
+            select(CapacityRow).where(CapacityRow.flavor == flavor).order_by(CapacityRow.end.desc()).limit(1)
+        ).first()
+        if last is not None and last.gpus == gpus and last.usd_per_gpu_hour == price:
+            last.end = max(last.end, now)
+            continue
+        start = min(last.end, now) if last is not None else now
+        backend = tenancy.flavors[flavor].backend
+        session.add(
+            CapacityRow(flavor=flavor, backend=backend, start=start, end=now, gpus=gpus, usd_per_gpu_hour=price)
+        )
