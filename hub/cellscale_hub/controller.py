@@ -32,6 +32,8 @@ from cellscale_hub.store import Store, totals, usage
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Attempt, Job, utcnow
 from cellscale_hub.store.tenancy_book import TenancyBook
+from cellscale_hub.telemetry import metering
+from cellscale_hub.telemetry.metrics import Metrics
 from cellscale_hub.tenancy import Tenancy
 from cellscale_hub.waiting import WaitingBoard
 
@@ -57,6 +59,8 @@ class Controller:
         site_lost_timeout_s: float = 120.0,
         cloud_backoff_s: float = 600.0,
         cloud_bill_interval_s: float = 30.0,
+        meter_interval_s: float = 60.0,
+        metrics: Metrics | None = None,
     ):
         self.store = store
         self.drivers = drivers
@@ -95,6 +99,11 @@ class Controller:
         self._abandoned: dict[str, list[AttemptRef]] = {}  # backend -> moved attempts to cancel there
         self.cloud_bill_interval_s = cloud_bill_interval_s
         self._billed_at: dict[str, float] = {}
+        # the cost ledger: running attempts get a row every meter_interval_s, ended ones at once
+        self.meter_interval_s = meter_interval_s
+        self._metered_at: dict[str, float] = {}
+        self._capacity_metered_at = 0.0
+        self.metrics = metrics or Metrics()
         self._thread: threading.Thread | None = None
         for driver in drivers.values():
             driver.notify = self.wake  # e.g. a local supervisor exited: reconcile its end now
@@ -131,10 +140,11 @@ class Controller:
             self._swept_at = time.monotonic()
             self._isolated("bundle clean-up", "-", self.sweep_bundles)
         for name, driver in self.drivers.items():
-            for step in (self.mirror_tenancy, self.send_cancels, self.reconcile, self.bill_cloud):
+            for step in (self.mirror_tenancy, self.send_cancels, self.reconcile, self.bill_cloud, self.meter):
                 self._isolated(step.__name__, name, partial(step, name, driver))
         try:
             capacities = flavor_capacities(self.tenancy.current, self.drivers)
+            self._isolated("capacity metering", "-", partial(self.meter_capacity, capacities))
             launches = self.admit(capacities) if self._admission_needed(capacities) else []
         except Exception:
             log.exception("admission failed; nothing was admitted this cycle")
@@ -240,7 +250,12 @@ class Controller:
             in_use[backend].extend(gpu_ids)
         job.backend, job.flavor, job.borrowed = backend, grant.flavor, grant.borrowed
         attempt = Attempt(
-            job_id=job.id, number=len(job.attempts) + 1, backend=backend, state=AttemptState.SUBMITTING, gpu_ids=gpu_ids
+            job_id=job.id,
+            number=len(job.attempts) + 1,
+            backend=backend,
+            flavor=grant.flavor,
+            state=AttemptState.SUBMITTING,
+            gpu_ids=gpu_ids,
         )
         job.attempts.append(attempt)
         borrowing = f", {grant.borrowed} borrowed from the cohort" if grant.borrowed else ""
@@ -430,6 +445,35 @@ class Controller:
                 if usd is not None and (attempt.cloud_usd is None or abs(attempt.cloud_usd - usd) > 1e-6):
                     session.get(Attempt, attempt.id).cloud_usd = round(usd, 6)
 
+    def meter(self, backend: str, driver: Driver) -> None:
+        """The ledger's next rows for the backend's attempts (`telemetry.metering`): every
+        `meter_interval_s` while they run, and right after one ends."""
+        if time.monotonic() - self._metered_at.get(backend, 0.0) < self.meter_interval_s:
+            return
+        self._metered_at[backend] = time.monotonic()
+        now = utcnow()
+        with self.store.session() as session:
+            attempts = metering.unmetered(session, backend, now - timedelta(days=1))
+            refs = {a.id: self.ref(a.job, a) for a in attempts}
+        if not attempts:
+            return
+        used = {a.id: metering.used_of(driver.usage(refs[a.id]), refs[a.id].spec.resources.nodes) for a in attempts}
+        tenancy = self.tenancy.current
+        with self.store.session() as session:
+            for attempt_id, use in used.items():
+                attempt = session.get(Attempt, attempt_id)
+                row = metering.meter_attempt(session, tenancy, attempt.job, attempt, use, now)
+                if row is not None:
+                    self.metrics.metered(row)
+
+    def meter_capacity(self, capacities: dict[str, int]) -> None:
+        """Extend the on-prem flavors' capacity spans (what the fleet costs) every `meter_interval_s`."""
+        if time.monotonic() - self._capacity_metered_at < self.meter_interval_s:
+            return
+        self._capacity_metered_at = time.monotonic()
+        with self.store.session() as session:
+            metering.meter_capacity(session, self.tenancy.current, capacities, utcnow())
+
     def _hung(self, obs: Observation, attempt: Attempt, stall_timeout_s: float | None) -> str | None:
         """Why a live attempt counts as hung: no heartbeat beyond the timeout (a frozen
         process or an unreachable node), or, when the job asked for it, a training step that
@@ -475,6 +519,8 @@ class Controller:
             return
         if obs.state is AttemptState.RUNNING and attempt.started_at is None:
             attempt.started_at = utcnow()
+        if attempt.held_from is None and (obs.held or obs.state is AttemptState.RUNNING):
+            attempt.held_from = _at(obs.held[0]) if obs.held else attempt.started_at
         attempt.state = obs.state
         outcome = outcome_of(obs.state, obs.reason, job.cancel_requested)
         if outcome is None or job.phase.terminal:
@@ -496,6 +542,12 @@ class Controller:
         self._admission_due = True  # its GPUs are free, or it is back in the queue
         attempt.state, attempt.exit_code, attempt.end_reason = obs.state, obs.exit_code, obs.reason
         attempt.ended_at = utcnow()
+        if obs.held:  # the ledger's clock: the backend's own start and end of the allocation
+            attempt.held_from = attempt.held_from or _at(obs.held[0])
+            attempt.held_until = _at(obs.held[1]) if obs.held[1] else attempt.ended_at
+        elif attempt.held_from is not None:
+            attempt.held_until = attempt.ended_at
+        self._metered_at.pop(attempt.backend, None)  # its last row now, not at the next interval
         if attempt.started_at:
             held_s = (attempt.ended_at - attempt.started_at).total_seconds()
             totals.note_ended(session, job.cluster_queue, job.gpus * held_s)
@@ -600,6 +652,10 @@ BILL_WINDOW_S = 7 * 86400.0
 HEARTBEAT_STORE_S = 15.0
 """A live attempt's heartbeat is stored at most this often: hang detection reads the
 backend's newest one every cycle, the store needs it only to show."""
+
+
+def _at(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
 
 
 def _mark(obs: Observation) -> Observation:

@@ -16,7 +16,7 @@ from traitlets import Float, Unicode
 from traitlets.config import LoggingConfigurable
 
 from cellscale.runtime.jobdir import JobDir
-from cellscale.runtime.records import Checkpoint, LaunchPlan, ResumeReport
+from cellscale.runtime.records import Checkpoint, LaunchPlan, NodeUsage, ResumeReport
 from cellscale.spec import BackendView, CheckpointView, JobSpec
 from cellscale.vocabulary import AttemptState, Fault
 from cellscale_hub.cloudbill import Instance, Run
@@ -320,6 +320,10 @@ class Driver(LoggingConfigurable):
                     result=obs.state is AttemptState.SUCCEEDED and jd.has_result(),
                 )
         return observed
+
+    def usage(self, ref: AttemptRef) -> list[NodeUsage | None]:
+        """What each node of the attempt used so far (its runtime's usage record), for the ledger."""
+        return [ref.dir.read_usage(ref.number, node) for node in range(ref.spec.resources.nodes)]
 
     def read_log(self, job_dir: Path, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """Whole lines of the job's combined log from byte `offset`, and the log's size."""
