@@ -1,0 +1,1 @@
+"""Telemetry: what the fleet cost and who it was for (pure ledger arithmetic; the store feeds it)."""
