@@ -1,1 +1,1 @@
-"""Telemetry and cost: the ledger (metering, attribution), the estimate, and /metrics."""
+"""Telemetry and cost: the ledger (metering, attribution), estimates, and /metrics."""
