@@ -128,10 +128,12 @@ class Controller:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()  # before the cycle: a wake() during it runs the next one at once
+            began = time.perf_counter()
             try:
                 self.cycle()
             except Exception:  # one bad cycle must not stop the control plane
                 log.exception("reconcile cycle failed")
+            self.metrics.cycle.observe(time.perf_counter() - began)
             self._wake.wait(self.interval)
 
     # -- one cycle -------------------------------------------------------------------------
@@ -257,7 +259,9 @@ class Controller:
             state=AttemptState.SUBMITTING,
             gpu_ids=gpu_ids,
         )
+        waited_since = job.attempts[-1].ended_at if job.attempts else job.created_at
         job.attempts.append(attempt)
+        self.metrics.admission_wait.labels(job.tenant).observe(max(0.0, (utcnow() - waited_since).total_seconds()))
         borrowing = f", {grant.borrowed} borrowed from the cohort" if grant.borrowed else ""
         placed = f"; {grant.placed}" if grant.placed else ""
         q.transition(
@@ -568,6 +572,7 @@ class Controller:
             message=obs.reason,
         )
         if preempted:
+            self.metrics.evicted.labels(job.tenant, "Preempted").inc()
             attempt.end_reason = f"preempted: {job.preempt_reason}"
             self._requeue(
                 session,
@@ -584,6 +589,7 @@ class Controller:
             else None
         )
         if verdict and verdict.retry and not job.phase.terminal:
+            self.metrics.evicted.labels(job.tenant, fault.value).inc()
             job.excluded_nodes = sorted(set(job.excluded_nodes or []) | set(obs.failed_nodes))
             avoid = f"; avoiding {', '.join(job.excluded_nodes)}" if obs.failed_nodes else ""
             self._requeue(

@@ -24,6 +24,10 @@ class WaitingBoard:
     def publish(self, reasons: Reasons) -> None:
         self._reasons = reasons
 
+    def codes(self) -> dict[str, str]:
+        """Each waiting job's reason code, as of the last cycle."""
+        return {job_id: reason.code.value for job_id, reason in self._reasons.items()}
+
     def view(self, job_id: str) -> PendingView | None:
         reasons = self._reasons
         return pending_view(reasons[job_id]) if job_id in reasons else None

@@ -353,6 +353,34 @@ class AttemptView(BaseModel):
     )
 
 
+class CostEstimate(BaseModel):
+    """What a job will cost, before it runs."""
+
+    gpus: int
+    seconds: float = Field(description="How long it is expected to hold its GPUs.")
+    basis: Literal["history", "time_limit"] = Field(
+        description="history: the median of this user's earlier runs of the same cell; time_limit: its --time "
+        "(an upper bound)."
+    )
+    runs: int = Field(0, description="Earlier runs the estimate is from.")
+    usd_per_gpu_hour: float
+    usd: float
+    budget_fraction: float | None = Field(None, description="Of its desk's budget for the period (None: no budget).")
+    words: str = Field(description='e.g. "≈16 GPU × 2.0 h ≈ $84, 6% of desk-a\'s weekly budget (at most: its --time)".')
+
+
+class JobCost(BaseModel):
+    """What a job's attempts held, used and cost so far (the ledger)."""
+
+    gpu_hours: float = Field(description="GPUs × the hours its allocations lasted (the backend's own start and end).")
+    used_fraction: float | None = Field(None, description="Of that, the time its GPUs were busy (None: not sampled).")
+    usd: float = Field(description="Allocation dollars (a cloud pool's billed share where one is billed).")
+    idle_usd: float | None = Field(None, description="Dollars of GPUs held but idle (None: not sampled).")
+    cpu_hours: float = 0.0
+    memory_peak_bytes: int | None = None
+    words: str = Field(description='e.g. "16 GPU × 2.1 h = 33.6 GPU-h, 41% used, $84 ($50 idle)".')
+
+
 class CheckpointView(BaseModel):
     """A checkpoint a job committed (cellscale.checkpoint), as the notebook and panel list it."""
 
@@ -429,6 +457,8 @@ class JobView(BaseModel):
     cancel_requested: bool
     result_available: bool
     attempts: list[AttemptView]
+    estimate: CostEstimate | None = Field(None, description="What it was expected to cost when submitted.")
+    cost: JobCost | None = Field(None, description="What it held, used and cost so far (None: never held GPUs).")
 
 
 class JobPage(BaseModel):
@@ -526,3 +556,4 @@ class QueueUsage(BaseModel):
 class RenderView(BaseModel):
     backend: str
     script: str
+    estimate: CostEstimate | None = Field(None, description="What it would cost, were it submitted now.")

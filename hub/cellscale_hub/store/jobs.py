@@ -13,7 +13,7 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from cellscale.spec import AttemptView, EventView, JobSpec, JobView, PendingView
+from cellscale.spec import AttemptView, CostEstimate, EventView, JobCost, JobSpec, JobView, PendingView
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, ACTIVE_PHASES, TERMINAL_PHASES, EventKind, EventReason, Phase
 from cellscale_hub.lifecycle import check_transition
 from cellscale_hub.store import totals
@@ -247,6 +247,34 @@ def job_view(job: Job, waiting: PendingView | None = None) -> JobView:
         cancel_requested=job.cancel_requested,
         result_available=job.result_available,
         attempts=[attempt_view(a) for a in job.attempts],
+        estimate=CostEstimate.model_validate(job.estimate) if job.estimate else None,
+        cost=job_cost(job),
+    )
+
+
+def job_cost(job: Job) -> JobCost | None:
+    """What the ledger has for the job so far: its attempts' allocations, use and dollars."""
+    held = [a for a in job.attempts if a.held_from is not None and a.metered_until is not None]
+    if not held:
+        return None
+    gpu_s = sum(job.gpus * (a.metered_until - a.held_from).total_seconds() for a in held)
+    usd = sum(a.cloud_usd if a.cloud_usd is not None else (a.usd or 0.0) for a in held)
+    known = all(a.gpu_used_s is not None for a in held)
+    used = sum(a.gpu_used_s or 0.0 for a in held) / gpu_s if known and gpu_s > 0 else None
+    idle = usd * (1 - used) if used is not None else None
+    hours = sum((a.metered_until - a.held_from).total_seconds() for a in held) / 3600
+    words = f"{job.gpus} GPU × {hours:.2f} h = {gpu_s / 3600:.2f} GPU-h"
+    if used is not None:
+        words += f", {used:.0%} used"
+    words += f", ${usd:,.2f}" + (f" (${idle:,.2f} idle)" if idle is not None else "")
+    return JobCost(
+        gpu_hours=gpu_s / 3600,
+        used_fraction=used,
+        usd=usd,
+        idle_usd=idle,
+        cpu_hours=sum(a.cpu_s or 0.0 for a in held) / 3600,
+        memory_peak_bytes=max((a.memory_peak_bytes or 0 for a in held), default=None) or None,
+        words=words,
     )
 
 

@@ -93,6 +93,7 @@ class Job(Base):
     # a choice of sites: {"backends": [...], "data": [[site, GB], ...]} (placement.Placement.stored)
     placement: Mapped[dict | None] = mapped_column(JSON)
     inputs_sha256: Mapped[str | None] = mapped_column(String(64), index=True)  # its inputs bundle, if any
+    estimate: Mapped[dict | None] = mapped_column(JSON)  # what it was expected to cost at submit (CostEstimate)
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     cpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     memory_mb: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # as asked with --mem (0: not)

@@ -1,4 +1,4 @@
-"""ledger: the cost ledger (one row per attempt and metering interval; one per flavor's
+"""ledger: what a job was expected to cost at submit; the cost ledger (one row per attempt and metering interval; one per flavor's
 capacity span); per attempt the backend's own start and end of its allocation, how far the
 ledger covers it, and what it used so far (cumulative, from its nodes' usage records)
 
@@ -16,6 +16,8 @@ depends_on = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(sa.Column("estimate", sa.JSON(), nullable=True))
     with op.batch_alter_table("attempts") as batch:
         batch.add_column(sa.Column("flavor", sa.String(63), nullable=True))
         batch.add_column(sa.Column("held_from", sa.DateTime(timezone=True), nullable=True))
@@ -65,3 +67,5 @@ def downgrade() -> None:
     with op.batch_alter_table("attempts") as batch:
         for column in ("usd", "memory_peak_bytes", "cpu_s", "gpu_used_s", "metered_until", "held_until", "held_from", "flavor"):
             batch.drop_column(column)
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("estimate")

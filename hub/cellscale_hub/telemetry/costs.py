@@ -1,0 +1,148 @@
+"""The ledger as reports read it: a window's cost report from the stored rows (plus each cloud
+pool's bill from its own ledger), and the estimate of a job's cost before it runs."""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections.abc import Mapping
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from cellscale.spec import CostEstimate, JobSpec
+from cellscale.vocabulary import Phase
+from cellscale_hub.cloudbill import Instance
+from cellscale_hub.drivers import Driver
+from cellscale_hub.scheduling.sites import Spend, usd_words
+from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerRow
+from cellscale_hub.telemetry.ledger import CloudBill, CostReport, Interval, Pool, report
+from cellscale_hub.tenancy import Tenancy
+
+HISTORY_JOBS = 200  # the user's newest finished jobs searched for earlier runs of a cell
+
+
+def cost_report(
+    session: Session, tenancy: Tenancy, drivers: Mapping[str, Driver], since: datetime, until: datetime
+) -> CostReport:
+    rows = session.execute(
+        select(LedgerRow).where(LedgerRow.end > since, LedgerRow.start < until)
+    ).scalars()
+    intervals = [
+        Interval(
+            job_id=r.job_id,
+            attempt=r.attempt,
+            tenant=r.tenant,
+            user=r.owner,
+            backend=r.backend,
+            flavor=r.flavor,
+            start=r.start.timestamp(),
+            end=r.end.timestamp(),
+            gpus=r.gpus,
+            gpu_used_s=r.gpu_used_s,
+            cpu_s=r.cpu_s,
+            usd_per_gpu_hour=r.usd_per_gpu_hour,
+        )
+        for r in rows
+    ]
+    spans = session.execute(
+        select(CapacityRow).where(CapacityRow.end > since, CapacityRow.start < until)
+    ).scalars()
+    pools = [
+        Pool(s.flavor, s.backend, s.start.timestamp(), s.end.timestamp(), s.gpus, s.usd_per_gpu_hour) for s in spans
+    ]
+    window = (since.timestamp(), until.timestamp())
+    bills = [
+        CloudBill(flavor, usd)
+        for flavor, config in tenancy.flavors.items()
+        if tenancy.is_cloud(flavor) and config.backend in drivers
+        for usd in [bill_within(drivers[config.backend].cloud_instances(), window)]
+    ]
+    quotas = {
+        tenant: {f: q.nominal for local in t.queues.values() for f, q in tenancy.cluster_queues[local.cluster_queue].quotas.items()}
+        for tenant, t in tenancy.tenants.items()
+    }
+    return report(intervals, pools, bills, quotas, tenancy.cost.idle, window)
+
+
+def bill_within(instances: list[Instance], window: tuple[float, float]) -> float:
+    """A cloud pool's dollars within the window: each instance's bill spread evenly over its
+    billed seconds (it bills by the second at one price)."""
+    w0, w1 = window
+    usd = 0.0
+    for i in instances:
+        stop = i.stopped if i.stopped is not None else w1
+        span = stop - i.requested
+        if span > 0:
+            usd += i.usd * max(0.0, min(stop, w1) - max(i.requested, w0)) / span
+    return usd
+
+
+def estimate(
+    session: Session,
+    tenancy: Tenancy,
+    owner: str,
+    spec: JobSpec,
+    gpus: int,
+    flavor: str | None,
+    spend: Spend | None,
+    tenant: str,
+) -> CostEstimate:
+    """What the job will cost: its GPUs × how long earlier runs of the same cell by this user
+    held them (the median), else × its time limit (an upper bound), at the flavor's price."""
+    price = tenancy.price_of(flavor) if flavor in tenancy.flavors else 0.0
+    runs = earlier_runs(session, owner, spec)
+    if runs:
+        seconds, basis = statistics.median(runs), "history"
+    else:
+        seconds, basis = spec.resources.timeout_min * 60.0, "time_limit"
+    usd = gpus * seconds / 3600 * price
+    fraction = usd / spend.budget.usd if spend is not None and spend.budget.usd else None
+    return CostEstimate(
+        gpus=gpus,
+        seconds=seconds,
+        basis=basis,
+        runs=len(runs),
+        usd_per_gpu_hour=price,
+        usd=usd,
+        budget_fraction=fraction,
+        words=estimate_words(gpus, seconds, basis, len(runs), usd, fraction, tenant, spend),
+    )
+
+
+def earlier_runs(session: Session, owner: str, spec: JobSpec) -> list[float]:
+    """Seconds the user's earlier successful runs of this cell (same code, same GPUs) held their
+    GPUs, newest first."""
+    code = _code(spec)
+    query = (
+        select(Job.spec, Attempt.held_from, Attempt.held_until)
+        .join(Attempt, Attempt.job_id == Job.id)
+        .where(Job.owner == owner, Job.phase == Phase.SUCCEEDED, Attempt.held_until.is_not(None))
+        .order_by(Job.created_at.desc())
+        .limit(HISTORY_JOBS)
+    )
+    gpus = spec.resources.nodes * spec.resources.gpus_per_node
+    out = []
+    for stored, held_from, held_until in session.execute(query):
+        other = JobSpec.model_validate(stored)
+        if _code(other) == code and other.resources.nodes * other.resources.gpus_per_node == gpus:
+            out.append((held_until - held_from).total_seconds())
+    return out
+
+
+def _code(spec: JobSpec) -> str:
+    return hashlib.sha256(f"{spec.source}\0{spec.inputs_sha256 or ''}".encode()).hexdigest()
+
+
+def estimate_words(
+    gpus: int, seconds: float, basis: str, runs: int, usd: float, fraction: float | None, tenant: str, spend
+) -> str:
+    """"≈16 GPU × 2 h ≈ $84, 6% of desk-a's weekly budget (from 3 earlier runs)"."""
+    hours = seconds / 3600
+    span = f"{hours:.1f} h" if hours >= 1 else f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+    words = f"≈{gpus} GPU × {span} ≈ {usd_words(usd)}"
+    if fraction is not None:
+        words += f", {fraction:.0%} of {tenant}'s {spend.budget.period_words} budget"
+    origin = f"from {runs} earlier run{'s' if runs != 1 else ''} of this cell" if basis == "history" else "at most: its --time"
+    return f"{words} ({origin})"
