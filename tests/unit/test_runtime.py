@@ -16,7 +16,7 @@ from cellscale.runtime.supervisor import coordinator_port, jax_ranks, launcher_a
 from cellscale.spec import Launcher
 
 
-def job_dir(tmp_path, source: str, launcher=Launcher.plain, procs_per_node=1, **plan) -> JobDir:
+def job_dir(tmp_path, source: str, launcher=Launcher.plain, procs_per_node=1, gpus_per_node=0, **plan) -> JobDir:
     jd = JobDir(tmp_path / "cs-test")
     jd.root.mkdir()
     jd.cell.write_text(source)
@@ -26,7 +26,7 @@ def job_dir(tmp_path, source: str, launcher=Launcher.plain, procs_per_node=1, **
             attempt=1,
             launcher=launcher,
             nodes=1,
-            gpus_per_node=0,
+            gpus_per_node=gpus_per_node,
             procs_per_node=procs_per_node,
             **plan,
         )
@@ -236,6 +236,7 @@ def test_every_job_directory_record_reads_back_what_was_written(tmp_path):
         Checkpoint,
         ExitRecord,
         Heartbeat,
+        NodeUsage,
         PreemptNotice,
         Progress,
         RankError,
@@ -251,11 +252,15 @@ def test_every_job_directory_record_reads_back_what_was_written(tmp_path):
     exit_record = ExitRecord(code=1, reason=ExitReason.USER_ERROR, message="rank 0: ValueError")
     error, progress = RankError(rank=0, summary="rank 0: ValueError: x", kind="exception"), Progress(step=7, at=2.0)
     checkpoint = Checkpoint(step=5, url="/c/step-5", size_bytes=10, wall_time=3.0, write_s=0.2)
+    usage = NodeUsage(
+        since=1.0, at=3.0, gpus=2, source="nvml", gpu_used_s=None, gpu_sampled_s=4.0, cpu_s=0.5, memory_peak_bytes=7
+    )
     resume = ResumeReport(step=5, url="/c/step-5", at=4.0, skipped=[Skipped(step=6, url="/c/step-6", reason="torn")])
     for read, write, record in [
         (job.read_started, lambda r: job.write_started(1, 0, r), started),
         (job.read_heartbeat, lambda r: job.write_heartbeat(1, 0, r), beat),
         (job.read_exit, lambda r: job.write_exit(1, 0, r), exit_record),
+        (job.read_usage, lambda r: job.write_usage(1, 0, r), usage),
         (job.read_error, lambda r: job.write_error(1, r), error),
         (job.read_progress, lambda r: job.write_progress(1, r), progress),
         (job.read_preempt_notice, lambda r: job.write_preempt_notice(1, r), PreemptNotice(at=5.0)),

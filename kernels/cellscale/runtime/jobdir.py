@@ -18,6 +18,7 @@ formats (records in `cellscale.runtime.records`): every reader and writer goes t
     <job>/attempts/<n>/node<k>/started  Started, written by that supervisor once it holds the lock
     <job>/attempts/<n>/node<k>/heartbeat.json   Heartbeat
     <job>/attempts/<n>/node<k>/exit.json        ExitRecord
+    <job>/attempts/<n>/node<k>/usage.json       NodeUsage: what the node used, so far
     <job>/attempts/<n>/ranks/<rank>     one empty file per rank that has started the cell
     <job>/attempts/<n>/error.json       RankError: the first failing rank's exception
     <job>/attempts/<n>/progress.json    Progress: rank 0's last reported step
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
         ExitRecord,
         Heartbeat,
         LaunchPlan,
+        NodeUsage,
         PreemptNotice,
         Progress,
         RankError,
@@ -128,6 +130,12 @@ class JobDir:
 
     def write_exit(self, attempt: int, node: int, record: ExitRecord) -> None:
         _write(self.node_dir(attempt, node) / "exit.json", record)
+
+    def read_usage(self, attempt: int, node: int = 0) -> NodeUsage | None:
+        return _read(self.node_dir(attempt, node) / "usage.json", _records().NodeUsage)
+
+    def write_usage(self, attempt: int, node: int, usage: NodeUsage) -> None:
+        _write(self.node_dir(attempt, node) / "usage.json", usage)
 
     def process_log(self, attempt: int, node: int, process: str) -> Path:
         """The own output of a helper process on a node (the supervisor as the local backend

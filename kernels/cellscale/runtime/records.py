@@ -56,6 +56,20 @@ class Heartbeat(BaseModel):
     step: int | None = Field(None, description="Rank 0's last reported training step.")
 
 
+class NodeUsage(BaseModel):
+    """node<k>/usage.json: what the node used in this attempt, cumulative since it started
+    (cellscale.runtime.usage); rewritten with each heartbeat and once more before exit.json."""
+
+    since: float = Field(description="Unix seconds: when the node started the attempt.")
+    at: float = Field(description="Unix seconds of the last sample.")
+    gpus: int
+    source: str = Field(description="Where GPU busy time came from: nvml | simulated | none.")
+    gpu_used_s: float | None = Field(description="Σ over GPUs of busy share × seconds; None: unknown.")
+    gpu_sampled_s: float = Field(description="GPUs × seconds the GPU samples cover.")
+    cpu_s: float = Field(description="User + system CPU seconds of the node's processes.")
+    memory_peak_bytes: int = Field(description="Peak of the summed RSS of the node's processes.")
+
+
 class Progress(BaseModel):
     """progress.json: rank 0's last reported training step (JobEnvironment.report_step)."""
 

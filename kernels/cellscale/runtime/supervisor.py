@@ -3,9 +3,10 @@
 One supervisor runs per node (the local backend starts one; on Slurm, `srun` starts one per
 node and SLURM_NODEID says which). It holds its node's lock for as long as it lives (so the
 control plane can tell a live attempt from a dead one even after its own restart), starts
-the launcher, writes heartbeats, enforces the time limit, forwards cancellation, and writes
-the exit record that the control plane reads. JAX has no launcher: for a jax job the
-supervisor starts the node's rank processes itself and stops them all when one fails.
+the launcher, writes heartbeats, enforces the time limit, forwards cancellation, meters what
+the node uses (usage.json) and writes the exit record that the control plane reads. JAX has
+no launcher: for a jax job the supervisor starts the node's rank processes itself and stops
+them all when one fails.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
 from typing import IO
 
-from cellscale.runtime import raycluster
+from cellscale.runtime import raycluster, usage
 from cellscale.runtime.jobdir import JobDir, open_log
 from cellscale.runtime.pump import pump_lines
 from cellscale.runtime.records import ExitRecord, Heartbeat, LaunchPlan, PreemptNotice, Started
@@ -105,6 +107,8 @@ class Supervisor:
         self.children: list[subprocess.Popen[bytes]] = []  # the launcher, or a jax job's processes
         self.stop_reason: ExitReason | None = None  # why the supervisor itself stopped the launcher
         self.done = threading.Event()
+        self.usage: usage.UsageMeter | None = None  # None: not metering (never started, failed, or final)
+        self._usage_lock = threading.Lock()
 
     def run(self) -> int:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -122,6 +126,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGUSR1, self._on_preempt_warning)
+        self._start_usage()
         threading.Thread(target=self._heartbeat, daemon=True).start()
         try:
             record = self._launch(log_fd)
@@ -132,6 +137,7 @@ class Supervisor:
             log_fd,
             f"[cellscale] attempt {self.attempt} {where} ended: {record.reason.value} (exit {record.code})\n".encode(),
         )
+        self._metered(self._final_usage)
         self.job.write_exit(self.attempt, self.node, record)
         return record.code
 
@@ -264,7 +270,46 @@ class Supervisor:
         while not self.done.is_set():
             beat = Heartbeat(at=time.time(), pid=os.getpid(), step=self.job.read_step(self.attempt))
             self.job.write_heartbeat(self.attempt, self.node, beat)
+            self._metered(self._write_usage)
             self.done.wait(HEARTBEAT_SECONDS)
+
+    def _start_usage(self) -> None:
+        """Meter the node from now on: GPUs as the ranks' environment has them (a job's --env may
+        ask for simulated ones), every CELLSCALE_USAGE_SAMPLE_S of the supervisor's own."""
+        try:
+            interval = usage.sample_interval(os.environ)
+            sampler = usage.gpu_sampler(self._environment(), self.plan.gpus_per_node)
+            self.usage = usage.UsageMeter(self.plan.gpus_per_node, sampler)
+        except Exception as exc:
+            _usage_stopped(exc)
+            return
+        threading.Thread(target=self._sample_usage, args=(interval,), daemon=True).start()
+
+    def _sample_usage(self, interval: float) -> None:
+        while self.usage is not None and not self.done.wait(interval):
+            self._metered(lambda meter: meter.sample())
+
+    def _metered(self, action: Callable[[usage.UsageMeter], None]) -> None:
+        """One step of metering, one at a time. Metering never breaks a job: its first
+        failure is logged and it stops; the job goes on."""
+        with self._usage_lock:
+            meter = self.usage
+            if meter is None:
+                return
+            try:
+                action(meter)
+            except Exception as exc:
+                self.usage = None
+                _usage_stopped(exc)
+
+    def _write_usage(self, meter: usage.UsageMeter) -> None:
+        self.job.write_usage(self.attempt, self.node, meter.record())
+
+    def _final_usage(self, meter: usage.UsageMeter) -> None:
+        """The last sample and record, before exit.json; none after it."""
+        self.usage = None
+        meter.sample()
+        self._write_usage(meter)
 
 
 def _start(argv: list[str], env: dict[str, str], output: IO[bytes]) -> subprocess.Popen[bytes]:
@@ -272,6 +317,10 @@ def _start(argv: list[str], env: dict[str, str], output: IO[bytes]) -> subproces
     return subprocess.Popen(
         argv, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
     )
+
+
+def _usage_stopped(exc: Exception) -> None:
+    print(f"[cellscale] usage metering stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
 
 def launch_failure(exc: Exception) -> ExitRecord:
