@@ -31,6 +31,7 @@ from cellscale_hub.controller import Controller
 from cellscale_hub.drivers import Driver, driver_class
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
+from cellscale_hub.telemetry.metrics import Metrics, State
 from cellscale_hub.tenancy import Tenancy
 
 PERSONAL_TENANT = "personal"
@@ -109,6 +110,13 @@ class ControlPlane(Application):
         help="""Most seconds between two admission cycles when nothing changed. Admission runs at once
         after a submit, a cancel, an admin's change, an attempt that started or ended, or a change in a
         backend's capacity; this timer only refreshes fair share (it decays) and estimated starts.""",
+    ).tag(config=True)
+    meter_interval = Float(
+        60.0,
+        min=0.1,
+        help="""Seconds between two rows of the cost ledger for a running attempt (an ended one gets its
+        last row at once). Each running attempt costs one read of its nodes' usage records and one row
+        per interval; budgets and /metrics see running jobs' spend this late at most.""",
     ).tag(config=True)
     service_name = Unicode(help="The hub service name (from JUPYTERHUB_SERVICE_NAME).").tag(config=True)
     max_request_bytes = Integer(
@@ -213,6 +221,8 @@ class ControlPlane(Application):
         drivers = self.make_drivers()
         tenancy = self.make_tenancy(store, drivers)
         bundles = BundleStore(bundles_root, quota_bytes=self.bundle_quota_mb * 2**20, grace_s=self.bundle_grace)
+        metrics = Metrics()
+        metrics.seed(store)
         controller = Controller(
             store,
             drivers,
@@ -224,6 +234,8 @@ class ControlPlane(Application):
             fair_share_half_life_s=self.fair_share_half_life,
             heartbeat_timeout_s=self.heartbeat_timeout,
             admission_interval_s=self.admission_interval,
+            meter_interval_s=self.meter_interval,
+            metrics=metrics,
         )
         sock = self.listen_socket()
         if self.personal:
@@ -244,6 +256,7 @@ class ControlPlane(Application):
             store=store,
             wake=controller.wake,
             waiting=controller.waiting,
+            metrics=metrics,
             drivers=drivers,
             tenancy=tenancy,
             identity=identity,
@@ -253,6 +266,7 @@ class ControlPlane(Application):
             settings=settings,
             hub_oauth=hub_oauth,
         )
+        metrics.watch(State(store, tenancy, drivers, controller.waiting))
         app = build_app(ctx, max_body_bytes=self.max_request_bytes)
         controller.start()
         host, port = sock.getsockname()[:2]

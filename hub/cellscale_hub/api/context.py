@@ -18,6 +18,7 @@ from cellscale_hub.bundles import BundleStore
 from cellscale_hub.drivers import Driver
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
+from cellscale_hub.telemetry.metrics import Metrics
 from cellscale_hub.waiting import WaitingBoard
 
 OAUTH_COOKIE = "cellscale-oauth"
@@ -45,6 +46,7 @@ class Context:
     settings: Settings = Settings()
     hub_oauth: object | None = None
     waiting: WaitingBoard = field(default_factory=WaitingBoard)  # the controller's: why pending jobs wait
+    metrics: Metrics = field(default_factory=Metrics)  # the controller's instruments, shown at /metrics
     log_watch: LogWatch = field(init=False)  # the followed logs; told of jobs' ends by the store
 
     def __post_init__(self) -> None:

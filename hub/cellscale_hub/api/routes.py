@@ -19,6 +19,7 @@ from cellscale.spec import (
     BundleRef,
     BundleShare,
     CheckpointView,
+    CostEstimate,
     EventView,
     JobPage,
     JobSpec,
@@ -31,7 +32,7 @@ from cellscale.spec import (
     exec_refusal,
 )
 from cellscale.vocabulary import EventKind, EventReason, Phase
-from cellscale_hub.api import admin, logs, oauth
+from cellscale_hub.api import admin, cost, logs, oauth
 from cellscale_hub.api.context import Context, context, require
 from cellscale_hub.api.edge import DEFAULT_MAX_BODY_BYTES, InputEdge
 from cellscale_hub.api.errors import install_error_handlers, refusals
@@ -44,6 +45,7 @@ from cellscale_hub.store import jobs as q
 from cellscale_hub.store import usage
 from cellscale_hub.store.jobs import IdempotencyConflict
 from cellscale_hub.store.models import Job, utcnow
+from cellscale_hub.telemetry import costs
 
 Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
 Submitter = Annotated[Principal, Depends(require(SCOPE_SUBMIT))]
@@ -72,6 +74,7 @@ def build_app(ctx: Context, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Fas
     router = APIRouter(prefix=f"{prefix}/api")
     _job_routes(router)
     admin.routes(router)
+    cost.routes(router)
     app.include_router(router)
     app.include_router(admin.page(prefix))
     app.include_router(oauth.router(prefix))
@@ -191,6 +194,7 @@ def _job_routes(router: APIRouter) -> None:
             result_key=body.result_key,
         )
         with ctx.store.session() as session:
+            job.estimate = _estimate(session, ctx, who, where).model_dump(mode="json")
             try:
                 job, created = q.insert_job(session, job)
             except IdempotencyConflict as exc:
@@ -214,7 +218,9 @@ def _job_routes(router: APIRouter) -> None:
             owner=who.user,
             tenant=where.tenant,
         )
-        return RenderView(backend=driver.name, script=driver.render(ref))
+        with ctx.store.session() as session:
+            estimate = _estimate(session, ctx, who, where)
+        return RenderView(backend=driver.name, script=driver.render(ref), estimate=estimate)
 
     @router.get("/jobs", response_model=JobPage, responses=refusals(400, 401, 403, 422))
     def list_jobs(
@@ -347,7 +353,9 @@ def _job_routes(router: APIRouter) -> None:
         driver = _driver(ctx, job.backend)
         if ref is None:
             raise HTTPException(409, f"job {job_id} has no attempt yet; POST /api/render for a dry run")
-        return RenderView(backend=driver.name, script=driver.render(ref))
+        with ctx.store.session() as session:
+            estimate = _estimate(session, ctx, who, where)
+        return RenderView(backend=driver.name, script=driver.render(ref), estimate=estimate)
 
 
 def _driver(ctx: Context, backend: str) -> Driver:
@@ -374,3 +382,14 @@ def _placement(ctx: Context, who: Principal, spec: JobSpec) -> Placement:
     if refusal:
         raise HTTPException(422, refusal)
     return where
+
+
+def _estimate(session, ctx: Context, who: Principal, where: Placement) -> CostEstimate:
+    """What the job would cost on its queue's first flavor there (dollars against its desk's budget)."""
+    tenancy = ctx.tenancy.current
+    flavors = tenancy.flavors_for(where.cluster_queue, where.backend) or tenancy.flavors_for(where.cluster_queue)
+    spend = usage.budget_spend(session, tenancy, utcnow()).get(where.tenant)
+    spec = where.spec
+    return costs.estimate(
+        session, tenancy, who.user, spec, spec.resources.gpus, flavors[0] if flavors else None, spend, where.tenant
+    )

@@ -6,6 +6,7 @@ user can read."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import shlex
@@ -166,7 +167,7 @@ class LocalDriver(Driver):
         self.notify()
 
     def poll(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
-        return {ref.key: self._observe(ref) for ref in refs}
+        return {ref.key: dataclasses.replace(self._observe(ref), held=_held(ref)) for ref in refs}
 
     def _observe(self, ref: AttemptRef) -> Observation:
         jd = ref.dir
@@ -224,3 +225,12 @@ def _state_for(reason: ExitReason) -> AttemptState:
         ExitReason.CANCELLED: AttemptState.CANCELLED,
         ExitReason.PREEMPTED: AttemptState.CANCELLED,
     }.get(reason, AttemptState.FAILED)
+
+
+def _held(ref: AttemptRef) -> tuple[float, float | None] | None:
+    """This machine's allocation: from the supervisor taking the attempt to its exit."""
+    started = ref.dir.read_started(ref.number)
+    if started is None or started.at is None:
+        return None
+    ended = ref.dir.read_exit(ref.number)
+    return started.at, ended.at if ended is not None else None

@@ -65,7 +65,7 @@ class Spend:
         return self.fraction >= 1.0
 
     def words(self, tenant: str) -> str:
-        """"$512 of desk-a's weekly $500 budget (102%)"."""
+        """ "$512 of desk-a's weekly $500 budget (102%)"."""
         b = self.budget
         parts = []
         if b.usd is not None:

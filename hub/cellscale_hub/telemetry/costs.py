@@ -26,9 +26,7 @@ HISTORY_JOBS = 200  # the user's newest finished jobs searched for earlier runs 
 def cost_report(
     session: Session, tenancy: Tenancy, drivers: Mapping[str, Driver], since: datetime, until: datetime
 ) -> CostReport:
-    rows = session.execute(
-        select(LedgerRow).where(LedgerRow.end > since, LedgerRow.start < until)
-    ).scalars()
+    rows = session.execute(select(LedgerRow).where(LedgerRow.end > since, LedgerRow.start < until)).scalars()
     intervals = [
         Interval(
             job_id=r.job_id,
@@ -46,9 +44,7 @@ def cost_report(
         )
         for r in rows
     ]
-    spans = session.execute(
-        select(CapacityRow).where(CapacityRow.end > since, CapacityRow.start < until)
-    ).scalars()
+    spans = session.execute(select(CapacityRow).where(CapacityRow.end > since, CapacityRow.start < until)).scalars()
     pools = [
         Pool(s.flavor, s.backend, s.start.timestamp(), s.end.timestamp(), s.gpus, s.usd_per_gpu_hour) for s in spans
     ]
@@ -60,7 +56,11 @@ def cost_report(
         for usd in [bill_within(drivers[config.backend].cloud_instances(), window)]
     ]
     quotas = {
-        tenant: {f: q.nominal for local in t.queues.values() for f, q in tenancy.cluster_queues[local.cluster_queue].quotas.items()}
+        tenant: {
+            f: q.nominal
+            for local in t.queues.values()
+            for f, q in tenancy.cluster_queues[local.cluster_queue].quotas.items()
+        }
         for tenant, t in tenancy.tenants.items()
     }
     return report(intervals, pools, bills, quotas, tenancy.cost.idle, window)
@@ -138,11 +138,15 @@ def _code(spec: JobSpec) -> str:
 def estimate_words(
     gpus: int, seconds: float, basis: str, runs: int, usd: float, fraction: float | None, tenant: str, spend
 ) -> str:
-    """"≈16 GPU × 2 h ≈ $84, 6% of desk-a's weekly budget (from 3 earlier runs)"."""
+    """ "≈16 GPU × 2 h ≈ $84, 6% of desk-a's weekly budget (from 3 earlier runs)"."""
     hours = seconds / 3600
     span = f"{hours:.1f} h" if hours >= 1 else f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
     words = f"≈{gpus} GPU × {span} ≈ {usd_words(usd)}"
     if fraction is not None:
         words += f", {fraction:.0%} of {tenant}'s {spend.budget.period_words} budget"
-    origin = f"from {runs} earlier run{'s' if runs != 1 else ''} of this cell" if basis == "history" else "at most: its --time"
+    origin = (
+        f"from {runs} earlier run{'s' if runs != 1 else ''} of this cell"
+        if basis == "history"
+        else "at most: its --time"
+    )
     return f"{words} ({origin})"

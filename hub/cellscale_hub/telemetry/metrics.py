@@ -231,4 +231,3 @@ def _capacity(tenancy: Tenancy, drivers: dict[str, Driver]) -> GaugeMetricFamily
         if f in tenancy.flavors
     }
     return _family("cellscale_gpus_capacity", "GPUs of each flavor's backend now.", ("backend", "flavor"), rows)
-

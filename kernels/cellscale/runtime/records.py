@@ -46,6 +46,7 @@ class Started(BaseModel):
 
     pid: int
     host: str
+    at: float | None = Field(None, description="Unix seconds it took the attempt (a local allocation's start).")
 
 
 class Heartbeat(BaseModel):
@@ -89,6 +90,7 @@ class ExitRecord(BaseModel):
     code: int
     reason: ExitReason
     message: str | None = None
+    at: float | None = Field(None, description="Unix seconds the node's part ended (a local allocation's end).")
 
 
 class RankError(BaseModel):

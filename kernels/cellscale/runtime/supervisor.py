@@ -119,7 +119,7 @@ class Supervisor:
         if self.job.pass_gate(self.attempt, "started") != "started":
             return 0  # the control plane moved this attempt to another site while this one was cut off
         host = socket.gethostname()
-        self.job.write_started(self.attempt, self.node, Started(pid=os.getpid(), host=host))
+        self.job.write_started(self.attempt, self.node, Started(pid=os.getpid(), host=host, at=time.time()))
         log_fd = open_log(self.job.log)
         where = f"node {self.node} ({host})" if self.plan.nodes > 1 else host
         os.write(log_fd, f"[cellscale] attempt {self.attempt} starting on {where}\n".encode())
@@ -138,7 +138,7 @@ class Supervisor:
             f"[cellscale] attempt {self.attempt} {where} ended: {record.reason.value} (exit {record.code})\n".encode(),
         )
         self._metered(self._final_usage)
-        self.job.write_exit(self.attempt, self.node, record)
+        self.job.write_exit(self.attempt, self.node, record.model_copy(update={"at": time.time()}))
         return record.code
 
     def _launch(self, log_fd: int) -> ExitRecord:

@@ -1,6 +1,6 @@
-"""ledger: what a job was expected to cost at submit; the cost ledger (one row per attempt and metering interval; one per flavor's
-capacity span); per attempt the backend's own start and end of its allocation, how far the
-ledger covers it, and what it used so far (cumulative, from its nodes' usage records)
+"""ledger: what a job was expected to cost at submit; the cost ledger (one row per attempt and
+metering interval; one per flavor's capacity span); per attempt the backend's own start and
+end of its allocation, how far the ledger covers it, and what it used so far (cumulative, from its nodes' usage records)
 
 Revision ID: 0007
 Revises: 0006
@@ -65,7 +65,16 @@ def downgrade() -> None:
     op.drop_table("ledger_capacity")
     op.drop_table("ledger")
     with op.batch_alter_table("attempts") as batch:
-        for column in ("usd", "memory_peak_bytes", "cpu_s", "gpu_used_s", "metered_until", "held_until", "held_from", "flavor"):
+        for column in (
+            "usd",
+            "memory_peak_bytes",
+            "cpu_s",
+            "gpu_used_s",
+            "metered_until",
+            "held_until",
+            "held_from",
+            "flavor",
+        ):
             batch.drop_column(column)
     with op.batch_alter_table("jobs") as batch:
         batch.drop_column("estimate")
