@@ -2,7 +2,8 @@
 service, configurable-http-proxy from npm, and real user servers), started once per session.
 
 Fixtures: `hub` (URLs, admin API, state dir), `token(user)`, `server(user)`, `kernel(user)`,
-`browser` (headless Debian Chromium through Playwright; screenshots go to ARTIFACTS).
+`browser` (headless Debian Chromium through Playwright; screenshots go to ARTIFACTS),
+`prometheus` (a real Prometheus with config/prometheus/rules.yml, tests/prometheus.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 
 from tests.integration.kernel import RemoteKernel
 from tests.integration.slurm_fixtures import slurm_cluster  # noqa: F401 - a session fixture
+from tests.prometheus import Prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = Path(__file__).with_name("jupyterhub_test_config.py")
@@ -129,6 +131,14 @@ def hub(tmp_path_factory, slurm_cluster):
     with running_hub(tmp_path_factory.mktemp("hubstate"), slurm) as the_hub:
         the_hub.jobs_root = jobs_root
         yield the_hub
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory):
+    """One real Prometheus for the session, scraping nothing yet: tests `add_target` what they
+    serve. Skipped when the binary is absent, unless CI is set (then it fails)."""
+    with Prometheus(tmp_path_factory.mktemp("prometheus")) as prom:
+        yield prom
 
 
 @pytest.fixture(scope="session")
