@@ -353,9 +353,7 @@ def _job_routes(router: APIRouter) -> None:
         driver = _driver(ctx, job.backend)
         if ref is None:
             raise HTTPException(409, f"job {job_id} has no attempt yet; POST /api/render for a dry run")
-        with ctx.store.session() as session:
-            estimate = _estimate(session, ctx, who, where)
-        return RenderView(backend=driver.name, script=driver.render(ref), estimate=estimate)
+        return RenderView(backend=driver.name, script=driver.render(ref))
 
 
 def _driver(ctx: Context, backend: str) -> Driver:

@@ -409,6 +409,68 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/cost": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Cost
+         * @description What your desks spent in the window (default: the last `days` days): per desk and
+         *     user, allocation, use, idle, and the fleet's idle shared by the tenancy's policy; admins
+         *     also get the fleet's reconciliation.
+         */
+        get: operations["cost_api_cost_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/budgets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Budgets
+         * @description Your desks' budgets (every desk's, for an admin): spent in the period, warnings, holds.
+         */
+        get: operations["budgets_api_budgets_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Metrics
+         * @description Prometheus exposition (admins' tokens, or the token given to Prometheus): no job ids.
+         */
+        get: operations["metrics_api_metrics_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -547,17 +609,84 @@ export interface components {
         };
         /**
          * Budget
-         * @description A tenant's dollars per period for cloud capacity: placement never bursts past it.
+         * @description A desk's budget per period (a rolling window): dollars, GPU-hours, or both. It covers
+         *     all its spend (`covers: all`: GPU-hours at each flavor's price, cloud bills) or only the
+         *     cloud's (`covers: cloud`). Placement never bursts past its dollars; crossing each
+         *     `warn_at` fraction is reported (desk quota view, `/metrics`, the DeskBudgetBurnTooFast
+         *     alert); with `hard_stop` the desk's new work is held once it is spent.
          */
         Budget: {
-            /** Usd */
-            usd: number;
+            /**
+             * Usd
+             * @description Dollars per period; absent: no dollar limit.
+             */
+            usd?: number | null;
+            /**
+             * Gpu Hours
+             * @description GPU-hours per period; absent: no limit.
+             */
+            gpu_hours?: number | null;
             /**
              * Period
              * @default week
              * @enum {string}
              */
             period: "day" | "week" | "month";
+            /**
+             * Covers
+             * @description What counts against it: all spend or the cloud's.
+             * @default all
+             * @enum {string}
+             */
+            covers: "all" | "cloud";
+            /**
+             * Warn At
+             * @description Fractions of the budget at which the desk is warned.
+             * @default [
+             *       0.5,
+             *       0.8,
+             *       1
+             *     ]
+             */
+            warn_at: number[];
+            /**
+             * Hard Stop
+             * @description Hold the desk's new work once the budget is spent.
+             * @default false
+             */
+            hard_stop: boolean;
+        };
+        /** BudgetView */
+        BudgetView: {
+            /** Tenant */
+            tenant: string;
+            /** Period */
+            period: string;
+            /** Usd */
+            usd: number | null;
+            /** Gpu Hours */
+            gpu_hours: number | null;
+            /** Spent Usd */
+            spent_usd: number;
+            /** Spent Gpu Hours */
+            spent_gpu_hours: number;
+            /**
+             * Fraction
+             * @description The larger of dollars and GPU-hours spent, of the budget.
+             */
+            fraction: number;
+            /**
+             * Warning
+             * @description The highest warn_at threshold crossed, in words.
+             */
+            warning?: string | null;
+            /** Hard Stop */
+            hard_stop: boolean;
+            /**
+             * Holding
+             * @description Spent, with a hard stop: its new work is held.
+             */
+            holding: boolean;
         };
         /** BundleRef */
         BundleRef: {
@@ -612,6 +741,113 @@ export interface components {
              */
             burst: "never" | "allow";
             budget?: components["schemas"]["Budget"] | null;
+        };
+        /**
+         * CostEstimate
+         * @description What a job will cost, before it runs.
+         */
+        CostEstimate: {
+            /** Gpus */
+            gpus: number;
+            /**
+             * Seconds
+             * @description How long it is expected to hold its GPUs.
+             */
+            seconds: number;
+            /**
+             * Basis
+             * @description history: the median of this user's earlier runs of the same cell; time_limit: its --time (an upper bound).
+             * @enum {string}
+             */
+            basis: "history" | "time_limit";
+            /**
+             * Runs
+             * @description Earlier runs the estimate is from.
+             * @default 0
+             */
+            runs: number;
+            /** Usd Per Gpu Hour */
+            usd_per_gpu_hour: number;
+            /** Usd */
+            usd: number;
+            /**
+             * Budget Fraction
+             * @description Of its desk's budget for the period (None: no budget).
+             */
+            budget_fraction?: number | null;
+            /**
+             * Words
+             * @description e.g. "≈16 GPU × 2.0 h ≈ $84, 6% of desk-a's weekly budget (at most: its --time)".
+             */
+            words: string;
+        };
+        /**
+         * CostLine
+         * @description A desk's (or a user's) cost in the window.
+         */
+        CostLine: {
+            /** Tenant */
+            tenant: string;
+            /** User */
+            user?: string | null;
+            /**
+             * Gpu Hours
+             * @description GPU-hours allocated (GPUs × the backend's own wall time).
+             */
+            gpu_hours: number;
+            /**
+             * Used Gpu Hours
+             * @description Of those where the GPUs were sampled, the busy ones.
+             */
+            used_gpu_hours: number;
+            /**
+             * Efficiency
+             * @description Busy / allocated where sampled (None: nothing sampled).
+             */
+            efficiency?: number | null;
+            /** Cpu Hours */
+            cpu_hours: number;
+            /** Allocation Usd */
+            allocation_usd: number;
+            /**
+             * Idle In Allocation Usd
+             * @description Dollars of GPUs held but idle (inside allocation_usd).
+             */
+            idle_in_allocation_usd: number;
+            /**
+             * Idle Share Usd
+             * @description Its share of the fleet's unheld GPUs (the tenancy's cost.idle policy).
+             */
+            idle_share_usd: number;
+            /**
+             * Burst Usd
+             * @description Allocation on cloud pools (inside allocation_usd).
+             */
+            burst_usd: number;
+            /** Total Usd */
+            total_usd: number;
+        };
+        /** CostView */
+        CostView: {
+            /**
+             * Since
+             * Format: date-time
+             */
+            since: string;
+            /**
+             * Until
+             * Format: date-time
+             */
+            until: string;
+            /** Idle Policy */
+            idle_policy: string;
+            /** Desks */
+            desks: components["schemas"]["CostLine"][];
+            /** Users */
+            users: components["schemas"]["CostLine"][];
+            /** Top Idle Jobs */
+            top_idle_jobs: components["schemas"]["IdleJob"][];
+            fleet?: components["schemas"]["FleetCost"] | null;
         };
         /**
          * ErrorBody
@@ -751,6 +987,83 @@ export interface components {
              * @description The queue's memory quota here, MiB (None: not quota'd).
              */
             memory_mb_nominal?: number | null;
+        };
+        /**
+         * FleetCost
+         * @description Admins only: where every dollar of the fleet went.
+         */
+        FleetCost: {
+            /** Fleet Usd */
+            fleet_usd: number;
+            /** Desks Usd */
+            desks_usd: number;
+            /** Shared Idle Usd */
+            shared_idle_usd: number;
+            /**
+             * Overhead Usd
+             * @description Cloud boot, idle tails and unused instances; price differences.
+             */
+            overhead_usd: number;
+            /**
+             * Identity Error
+             * @description |desks + shared idle + overhead − fleet| / fleet: 0 when it reconciles.
+             */
+            identity_error: number;
+        };
+        /** IdleJob */
+        IdleJob: {
+            /** Job Id */
+            job_id: string;
+            /** Tenant */
+            tenant: string;
+            /** User */
+            user: string;
+            /** Gpu Hours */
+            gpu_hours: number;
+            /** Efficiency */
+            efficiency: number | null;
+            /** Usd */
+            usd: number;
+            /** Idle Usd */
+            idle_usd: number;
+        };
+        /**
+         * JobCost
+         * @description What a job's attempts held, used and cost so far (the ledger).
+         */
+        JobCost: {
+            /**
+             * Gpu Hours
+             * @description GPUs × the hours its allocations lasted (the backend's own start and end).
+             */
+            gpu_hours: number;
+            /**
+             * Used Fraction
+             * @description Of that, the time its GPUs were busy (None: not sampled).
+             */
+            used_fraction?: number | null;
+            /**
+             * Usd
+             * @description Allocation dollars (a cloud pool's billed share where one is billed).
+             */
+            usd: number;
+            /**
+             * Idle Usd
+             * @description Dollars of GPUs held but idle (None: not sampled).
+             */
+            idle_usd?: number | null;
+            /**
+             * Cpu Hours
+             * @default 0
+             */
+            cpu_hours: number;
+            /** Memory Peak Bytes */
+            memory_peak_bytes?: number | null;
+            /**
+             * Words
+             * @description e.g. "16 GPU × 2.1 h = 33.6 GPU-h, 41% used, $84 ($50 idle)".
+             */
+            words: string;
         };
         /** JobPage */
         JobPage: {
@@ -914,6 +1227,10 @@ export interface components {
             result_available: boolean;
             /** Attempts */
             attempts: components["schemas"]["AttemptView"][];
+            /** @description What it was expected to cost when submitted. */
+            estimate?: components["schemas"]["CostEstimate"] | null;
+            /** @description What it held, used and cost so far (None: never held GPUs). */
+            cost?: components["schemas"]["JobCost"] | null;
         };
         /**
          * Launcher
@@ -987,7 +1304,7 @@ export interface components {
          * @description Why a PENDING job was not admitted in the last scheduling cycle.
          * @enum {string}
          */
-        PendingCode: "Queued" | "QuotaExhausted" | "PoolLent" | "CapacityFull" | "HeldForAhead" | "Preempting" | "NeverFits" | "NoFlavor";
+        PendingCode: "Queued" | "QuotaExhausted" | "PoolLent" | "CapacityFull" | "HeldForAhead" | "Preempting" | "NeverFits" | "NoFlavor" | "BudgetSpent";
         /**
          * PendingView
          * @description Why a job waits: structured, and in plain words.
@@ -1109,6 +1426,8 @@ export interface components {
             backend: string;
             /** Script */
             script: string;
+            /** @description What it would cost, were it submitted now. */
+            estimate?: components["schemas"]["CostEstimate"] | null;
         };
         /**
          * Resource
@@ -2635,6 +2954,142 @@ export interface operations {
             };
             /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    cost_api_cost_get: {
+        parameters: {
+            query?: {
+                since?: string | null;
+                until?: string | null;
+                days?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CostView"];
+                };
+            };
+            /** @description A cursor this server did not return (forged or corrupted). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    budgets_api_budgets_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetView"][];
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    metrics_api_metrics_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
