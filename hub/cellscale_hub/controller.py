@@ -27,6 +27,7 @@ from cellscale_hub.lifecycle import outcome_of
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.scheduling.admission import Admission, Preemption, Reasons, schedule
 from cellscale_hub.scheduling.capacity import allocate
+from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.sitehealth import SiteBoard
 from cellscale_hub.store import Store, totals, usage
 from cellscale_hub.store import jobs as q
@@ -102,6 +103,7 @@ class Controller:
         # the cost ledger: running attempts get a row every meter_interval_s, ended ones at once
         self.meter_interval_s = meter_interval_s
         self._metered_at: dict[str, float] = {}
+        self._alive_at: dict[str, dict[int, datetime]] = {}  # backend -> attempt -> when it last polled running
         self._capacity_metered_at = 0.0
         self.metrics = metrics or Metrics()
         self._thread: threading.Thread | None = None
@@ -336,6 +338,7 @@ class Controller:
                 driver.capacity()  # raises while it still does not answer
                 self._answers_again(backend, driver)
             return
+        polled_at = utcnow()  # what the poll says running was running at this time (or later)
         try:
             observations = driver.observe_attempts(list(refs.values()))
         except BackendUnreachable as exc:
@@ -344,9 +347,14 @@ class Controller:
             self._answers_again(backend, driver)
             self._heed_notices(backend, driver, attempts, refs, observations)
         relaunch, hung, changed = [], [], {}
+        alive = self._alive_at.setdefault(backend, {})
+        for gone in alive.keys() - refs.keys():
+            del alive[gone]
         for attempt in attempts:
             ref = refs[attempt.id]
             obs = observations.get(ref.key, Observation(AttemptState.UNKNOWN))
+            if obs.held and obs.held[1] is None and not obs.state.ended:
+                alive[attempt.id] = polled_at
             if obs.state is AttemptState.SUBMITTING and attempt.submitted_at is None:
                 relaunch.append((attempt.job, attempt))  # the control plane died between admit and submit
                 continue
@@ -463,14 +471,15 @@ class Controller:
             return
         used = {a.id: metering.used_of(driver.usage(refs[a.id]), refs[a.id].spec.resources.nodes) for a in attempts}
         tenancy = self.tenancy.current
+        alive = self._alive_at.get(backend, {})
         with self.store.session() as session:
             for attempt_id, use in used.items():
                 attempt = session.get(Attempt, attempt_id)
-                row = metering.meter_attempt(session, tenancy, attempt.job, attempt, use, now)
+                row = metering.meter_attempt(session, tenancy, attempt.job, attempt, use, alive.get(attempt_id))
                 if row is not None:
                     self.metrics.metered(row)
 
-    def meter_capacity(self, capacities: dict[str, int]) -> None:
+    def meter_capacity(self, capacities: dict[str, Amounts]) -> None:
         """Extend the on-prem flavors' capacity spans (what the fleet costs) every `meter_interval_s`."""
         if time.monotonic() - self._capacity_metered_at < self.meter_interval_s:
             return

@@ -68,6 +68,9 @@ _RESERVED_ENV_PREFIXES = (
 )
 PER_GPU_LAUNCHERS = (Launcher.torchrun, Launcher.jax)
 """Launchers that start several processes per node: one per GPU unless --tasks-per-node says."""
+USER_SETTABLE_ENV = frozenset({"CELLSCALE_SIMULATED_GPU_DUTY", "CELLSCALE_SIMULATED_GPU_PERIOD_S"})
+"""cellscale's own variables a job may set: the GPU simulation of nodes without GPUs
+(cellscale.runtime.usage; ignored where NVML sees real GPUs)."""
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 QueueName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
@@ -244,7 +247,7 @@ class JobSpec(Strict):
                 )
             if not _ENV_KEY.match(key):
                 raise ValueError(f"environment variable name {key!r} is invalid (letters, digits, _)")
-            if key.startswith(_RESERVED_ENV_PREFIXES):
+            if key.startswith(_RESERVED_ENV_PREFIXES) and key not in USER_SETTABLE_ENV:
                 raise ValueError(f"environment variable {key!r} is set by cellscale itself; pick another name")
             if "\0" in value or "\n" in value:
                 raise ValueError(f"environment variable {key!r} contains a newline or NUL")
@@ -348,6 +351,8 @@ class AttemptView(BaseModel):
     failed_nodes: list[str] = Field(default_factory=list, description="Nodes blamed for this attempt's end.")
     last_step: int | None = Field(None, description="The training step rank 0 last reported.")
     nodes: list[str] = Field(default_factory=list, description="The nodes it held, once placed.")
+    held_from: datetime | None = Field(None, description="Its allocation's start, as the backend's scheduler has it.")
+    held_until: datetime | None = Field(None, description="Its allocation's end, as the backend's scheduler has it.")
     cloud_usd: float | None = Field(
         None, description="Its share of a cloud pool's bill (boot, run, idle tail), once billed; null: not on a cloud."
     )

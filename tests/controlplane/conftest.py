@@ -18,6 +18,7 @@ from cellscale_hub.bundles import BundleStore
 from cellscale_hub.controller import Controller
 from cellscale_hub.drivers.local import LocalDriver
 from cellscale_hub.store.tenancy_book import TenancyBook
+from cellscale_hub.telemetry.metrics import Metrics, State
 from cellscale_hub.tenancy import Tenancy
 from cellscale_hub.waiting import WaitingBoard
 
@@ -75,6 +76,8 @@ class Plane:
         self.tenancy = TenancyBook(store)
         self.tenancy.seed(tenancy, actor="test")
         self.waiting = WaitingBoard()
+        self.metrics = Metrics()
+        self.metrics.watch(State(store, self.tenancy, self.drivers, self.waiting))
         self.controller = self.make_controller(self.drivers)
         ctx = Context(
             store=store,
@@ -86,12 +89,20 @@ class Plane:
             bundles=self.bundles,
             prefix="/",
             waiting=self.waiting,
+            metrics=self.metrics,
         )
         self.http = TestClient(build_app(ctx))
 
     def make_controller(self, drivers, **settings):
         return Controller(
-            self.store, drivers, self.jobs_root, self.bundles, self.tenancy, waiting=self.waiting, **settings
+            self.store,
+            drivers,
+            self.jobs_root,
+            self.bundles,
+            self.tenancy,
+            waiting=self.waiting,
+            metrics=self.metrics,
+            **settings,
         )
 
     def as_(self, user: str) -> dict:

@@ -263,7 +263,7 @@ def job_cost(job: Job) -> JobCost | None:
     used = sum(a.gpu_used_s or 0.0 for a in held) / gpu_s if known and gpu_s > 0 else None
     idle = usd * (1 - used) if used is not None else None
     hours = sum((a.metered_until - a.held_from).total_seconds() for a in held) / 3600
-    words = f"{job.gpus} GPU × {hours:.2f} h = {gpu_s / 3600:.2f} GPU-h"
+    words = f"{job.gpus} GPU × {span_words(hours * 3600)} = {gpu_s / 3600:.2f} GPU-h"
     if used is not None:
         words += f", {used:.0%} used"
     words += f", ${usd:,.2f}" + (f" (${idle:,.2f} idle)" if idle is not None else "")
@@ -297,6 +297,8 @@ def attempt_view(a: Attempt) -> AttemptView:
         last_step=a.last_step,
         nodes=list(a.nodes or []),
         cloud_usd=a.cloud_usd,
+        held_from=a.held_from,
+        held_until=a.held_until,
     )
 
 
@@ -313,3 +315,10 @@ def event_view(e: Event) -> EventView:
         message=e.message,
         actor=e.actor,
     )
+
+
+def span_words(seconds: float) -> str:
+    """ "45 s", "12 min", "2.1 h"."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"

@@ -16,6 +16,7 @@ from cellscale.vocabulary import Phase
 from cellscale_hub.cloudbill import Instance
 from cellscale_hub.drivers import Driver
 from cellscale_hub.scheduling.sites import Spend, usd_words
+from cellscale_hub.store.jobs import span_words
 from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerRow
 from cellscale_hub.telemetry.ledger import CloudBill, CostReport, Interval, Pool, report
 from cellscale_hub.tenancy import Tenancy
@@ -139,9 +140,7 @@ def estimate_words(
     gpus: int, seconds: float, basis: str, runs: int, usd: float, fraction: float | None, tenant: str, spend
 ) -> str:
     """ "≈16 GPU × 2 h ≈ $84, 6% of desk-a's weekly budget (from 3 earlier runs)"."""
-    hours = seconds / 3600
-    span = f"{hours:.1f} h" if hours >= 1 else f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
-    words = f"≈{gpus} GPU × {span} ≈ {usd_words(usd)}"
+    words = f"≈{gpus} GPU × {span_words(seconds)} ≈ {usd_words(usd)}"
     if fraction is not None:
         words += f", {fraction:.0%} of {tenant}'s {spend.budget.period_words} budget"
     origin = (

@@ -10,14 +10,15 @@ known and the ledger can be reconciled against it (telemetry.ledger).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from cellscale.runtime.records import NodeUsage
+from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerRow
 from cellscale_hub.tenancy import Tenancy
 
@@ -45,14 +46,15 @@ def used_of(records: Sequence[NodeUsage | None], nodes: int) -> Used | None:
 
 
 def meter_attempt(
-    session: Session, tenancy: Tenancy, job: Job, attempt: Attempt, used: Used | None, now: datetime
+    session: Session, tenancy: Tenancy, job: Job, attempt: Attempt, used: Used | None, alive_at: datetime | None
 ) -> LedgerRow | None:
-    """The next row of the attempt (from where its rows stop to its end, or now), or None when
-    there is nothing to add (not started, or already covered)."""
+    """The next row of the attempt, or None when there is nothing to add. An ended attempt's
+    last row ends at its end; a running one's at `alive_at`, the last time its backend said it
+    was running (its end, still unknown, is no earlier: a row never has to be taken back)."""
     start = attempt.metered_until or attempt.held_from
     if start is None:
         return None
-    end = attempt.held_until or (attempt.ended_at if attempt.state.ended else now)
+    end = (attempt.held_until or attempt.ended_at) if attempt.state.ended else alive_at
     if end is None or end <= start:
         return None
     held_s = (end - attempt.held_from).total_seconds()
@@ -92,23 +94,24 @@ def meter_attempt(
 def unmetered(session: Session, backend: str, since: datetime) -> list[Attempt]:
     """The backend's attempts whose allocation the ledger does not cover up to now: running
     ones, and ended ones (since `since`) whose last row is missing."""
+    final_end = func.coalesce(Attempt.held_until, Attempt.ended_at)
     query = select(Attempt).where(
         Attempt.backend == backend,
         Attempt.held_from.is_not(None),
-        (Attempt.ended_at.is_(None)) | (Attempt.ended_at > since),
+        or_(
+            Attempt.ended_at.is_(None),
+            and_(Attempt.ended_at > since, or_(Attempt.metered_until.is_(None), Attempt.metered_until < final_end)),
+        ),
     )
-    return [a for a in session.scalars(query) if not a.state.ended or a.metered_until != _final_end(a)]
+    return list(session.scalars(query))
 
 
-def _final_end(attempt: Attempt) -> datetime | None:
-    return attempt.held_until or attempt.ended_at
-
-
-def meter_capacity(session: Session, tenancy: Tenancy, capacities: dict[str, int], now: datetime) -> None:
+def meter_capacity(session: Session, tenancy: Tenancy, capacities: Mapping[str, Amounts], now: datetime) -> None:
     """Extend each on-prem flavor's capacity span to now (a new span from the last one's end when
     its GPUs or price changed; a flavor's first span starts now). Cloud flavors are billed by the
     cloud instead; CPU pools have no GPUs to price."""
-    for flavor, gpus in capacities.items():
+    for flavor, amounts in capacities.items():
+        gpus = amounts.gpu
         if flavor not in tenancy.flavors or tenancy.is_cloud(flavor) or tenancy.flavors[flavor].cpu_only:
             continue
         price = tenancy.price_of(flavor)

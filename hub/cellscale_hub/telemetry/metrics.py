@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, Phase
+from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, Fault, Phase
 from cellscale_hub.drivers import Driver, flavor_capacities
 from cellscale_hub.store import Store, usage
 from cellscale_hub.store.models import Attempt, Job, LedgerRow, utcnow
@@ -27,6 +27,7 @@ from cellscale_hub.tenancy import Tenancy
 from cellscale_hub.waiting import WaitingBoard
 
 SERIES = ("tenant", "user", "backend", "flavor")
+EVICTION_REASONS = ("Preempted", *(f.value for f in Fault if f is not Fault.PREEMPTION))  # a retry: its fault
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
 
@@ -112,8 +113,12 @@ class Metrics:
         return generate_latest(self.registry)
 
     def watch(self, state: State) -> None:
-        """Add the gauges read at scrape time."""
+        """Add the gauges read at scrape time, and start each desk's eviction counts at 0 (a
+        desk never evicted reads 0, not "no data")."""
         self.registry.register(Gauges(state))
+        for tenant in state.tenancy.current.tenants:
+            for reason in EVICTION_REASONS:
+                self.evicted.labels(tenant, reason)
 
 
 @dataclass
@@ -136,7 +141,7 @@ class Gauges(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         s, tenancy = self.state, self.state.tenancy.current
         with s.store.session() as session:
-            yield _held(session)
+            yield _held(session, tenancy)
             yield from _pending(session, s.waiting)
             yield _quota(session, tenancy)
             yield from _budgets(session, tenancy)
@@ -150,14 +155,22 @@ def _family(name: str, doc: str, labels: tuple[str, ...], rows: dict[tuple, floa
     return family
 
 
-def _held(session) -> GaugeMetricFamily:
+def _held(session, tenancy: Tenancy) -> GaugeMetricFamily:
+    """GPUs held per desk and flavor: every flavor a desk's queues have quota on, 0 when idle (a
+    series that vanished would read as "no data", not as nothing held)."""
     query = (
         select(Job.tenant, Attempt.backend, func.coalesce(Attempt.flavor, Attempt.backend), func.sum(Job.gpus))
         .join(Attempt, Attempt.job_id == Job.id)
         .where(Attempt.state.in_(ACTIVE_ATTEMPT_STATES))
         .group_by(Job.tenant, Attempt.backend, func.coalesce(Attempt.flavor, Attempt.backend))
     )
-    rows = {(t, b, f): float(n or 0) for t, b, f, n in session.execute(query)}
+    rows = {
+        (tenant, tenancy.flavors[f].backend, f): 0.0
+        for tenant, config in tenancy.tenants.items()
+        for local in config.queues.values()
+        for f in tenancy.cluster_queues[local.cluster_queue].quotas
+    }
+    rows.update({(t, b, f): float(n or 0) for t, b, f, n in session.execute(query)})
     return _family("cellscale_gpus_allocated", "GPUs held by active attempts.", ("tenant", "backend", "flavor"), rows)
 
 
@@ -226,8 +239,8 @@ def _budgets(session, tenancy: Tenancy) -> Iterator[GaugeMetricFamily]:
 
 def _capacity(tenancy: Tenancy, drivers: dict[str, Driver]) -> GaugeMetricFamily:
     rows = {
-        (tenancy.flavors[f].backend, f): float(gpus)
-        for f, gpus in flavor_capacities(tenancy, drivers).items()
+        (tenancy.flavors[f].backend, f): float(amounts.gpu)
+        for f, amounts in flavor_capacities(tenancy, drivers).items()
         if f in tenancy.flavors
     }
     return _family("cellscale_gpus_capacity", "GPUs of each flavor's backend now.", ("backend", "flavor"), rows)

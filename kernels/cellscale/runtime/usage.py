@@ -101,15 +101,15 @@ class SimulatedGpus:
 
 
 def gpu_sampler(env: Mapping[str, str], gpus: int) -> GpuSampler | None:
-    """How to sample the GPUs of a node whose ranks run in `env`: simulated when the job asks
-    for it, NVML where there are GPUs to sample, else None (GPU use unknown)."""
-    if DUTY_VAR in env:
-        duty = _number(env, DUTY_VAR, "a number from 0 to 1", lambda x: 0 <= x <= 1)
-        period = _number(env, PERIOD_VAR, "a number of seconds above 0", lambda x: x > 0, default=1.0)
-        return SimulatedGpus(gpus, duty, period)
-    if gpus <= 0:
-        return None
-    return NvmlSampler.open(env.get("CUDA_VISIBLE_DEVICES"))
+    """How to sample the GPUs of a node whose ranks run in `env`: NVML where there are GPUs to
+    sample; on a node without them (emulated GPUs: dev clusters, tests), the simulation when the
+    job asks for it (a job on real GPUs cannot pretend); else None (GPU use unknown)."""
+    real = NvmlSampler.open(env.get("CUDA_VISIBLE_DEVICES")) if gpus > 0 else None
+    if real is not None or DUTY_VAR not in env:
+        return real
+    duty = _number(env, DUTY_VAR, "a number from 0 to 1", lambda x: 0 <= x <= 1)
+    period = _number(env, PERIOD_VAR, "a number of seconds above 0", lambda x: x > 0, default=1.0)
+    return SimulatedGpus(gpus, duty, period)
 
 
 def sample_interval(env: Mapping[str, str]) -> float:

@@ -541,6 +541,16 @@ export interface components {
              */
             nodes?: string[];
             /**
+             * Held From
+             * @description Its allocation's start, as the backend's scheduler has it.
+             */
+            held_from?: string | null;
+            /**
+             * Held Until
+             * @description Its allocation's end, as the backend's scheduler has it.
+             */
+            held_until?: string | null;
+            /**
              * Cloud Usd
              * @description Its share of a cloud pool's bill (boot, run, idle tail), once billed; null: not on a cloud.
              */
