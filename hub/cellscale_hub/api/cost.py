@@ -15,12 +15,13 @@ from cellscale_hub.auth import SCOPE_READ, Principal
 from cellscale_hub.scheduling.sites import Spend
 from cellscale_hub.store import usage
 from cellscale_hub.store.models import utcnow
-from cellscale_hub.telemetry.costs import cost_report
+from cellscale_hub.telemetry.costs import cost_report, cost_series
 from cellscale_hub.telemetry.ledger import DeskCost
 
 Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
 Ctx = Annotated[Context, Depends(context)]
 MAX_WINDOW = timedelta(days=400)
+MAX_POINTS = 400  # steps in one series
 
 
 class CostLine(BaseModel):
@@ -67,6 +68,24 @@ class CostView(BaseModel):
     users: list[CostLine]
     top_idle_jobs: list[IdleJob]
     fleet: FleetCost | None = None
+
+
+class CostPoint(BaseModel):
+    """One desk's cost in one step of a series."""
+
+    start: datetime
+    tenant: str
+    gpu_hours: float
+    used_gpu_hours: float
+    total_usd: float
+    idle_in_allocation_usd: float
+
+
+class CostSeries(BaseModel):
+    since: datetime
+    until: datetime
+    step_s: float
+    points: list[CostPoint]
 
 
 class BudgetView(BaseModel):
@@ -149,6 +168,38 @@ def routes(router: APIRouter) -> None:
             ],
             fleet=fleet,
         )
+
+    @router.get("/cost/series", response_model=CostSeries, responses=refusals(400, 401, 403, 422))
+    def series(
+        who: Reader,
+        ctx: Ctx,
+        days: Annotated[float, Query(gt=0, le=400)] = 7.0,
+        step_s: Annotated[float, Query(ge=60, le=31 * 86400)] = 86400.0,
+    ) -> CostSeries:
+        """Your desks' cost and GPU-hours per step over the last `days` days (every desk's, for
+        an admin): what the admin page plots."""
+        until = utcnow()
+        since = until - timedelta(days=days)
+        if (until - since).total_seconds() / step_s > MAX_POINTS:
+            raise HTTPException(400, f"at most {MAX_POINTS} steps: raise step_s or shorten days")
+        tenancy = ctx.tenancy.current
+        with ctx.store.session() as session:
+            reports = cost_series(session, tenancy, ctx.drivers, since, until, timedelta(seconds=step_s))
+        visible = set(tenancy.tenants) if who.admin else set(who.tenants)
+        points = [
+            CostPoint(
+                start=start,
+                tenant=tenant,
+                gpu_hours=d.allocated_gpu_s / 3600,
+                used_gpu_hours=d.used_gpu_s / 3600,
+                total_usd=d.total_usd,
+                idle_in_allocation_usd=d.idle_in_allocation_usd,
+            )
+            for start, report in reports
+            for tenant, d in sorted(report.desks.items())
+            if tenant in visible
+        ]
+        return CostSeries(since=since, until=until, step_s=step_s, points=points)
 
     @router.get("/budgets", response_model=list[BudgetView], responses=refusals(401, 403))
     def budgets(who: Reader, ctx: Ctx) -> list[BudgetView]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib
 import statistics
 from collections.abc import Mapping
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -24,9 +25,38 @@ from cellscale_hub.tenancy import Tenancy
 HISTORY_JOBS = 200  # the user's newest finished jobs searched for earlier runs of a cell
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What the ledger holds for a window, read once: reports of any part of it are pure."""
+
+    intervals: list[Interval]
+    pools: list[Pool]
+    instances: dict[str, list[Instance]]  # cloud flavor -> its pool's billed instances
+    quotas: dict[str, dict[str, int]]
+
+
 def cost_report(
     session: Session, tenancy: Tenancy, drivers: Mapping[str, Driver], since: datetime, until: datetime
 ) -> CostReport:
+    return report_of(read_inputs(session, tenancy, drivers, since, until), tenancy, (since, until))
+
+
+def cost_series(
+    session: Session, tenancy: Tenancy, drivers: Mapping[str, Driver], since: datetime, until: datetime, step: timedelta
+) -> list[tuple[datetime, CostReport]]:
+    """One report per step of the window (cost and GPU-hours over time)."""
+    inputs = read_inputs(session, tenancy, drivers, since, until)
+    out, start = [], since
+    while start < until:
+        end = min(start + step, until)
+        out.append((start, report_of(inputs, tenancy, (start, end))))
+        start = end
+    return out
+
+
+def read_inputs(
+    session: Session, tenancy: Tenancy, drivers: Mapping[str, Driver], since: datetime, until: datetime
+) -> Inputs:
     rows = session.execute(select(LedgerRow).where(LedgerRow.end > since, LedgerRow.start < until)).scalars()
     intervals = [
         Interval(
@@ -49,13 +79,11 @@ def cost_report(
     pools = [
         Pool(s.flavor, s.backend, s.start.timestamp(), s.end.timestamp(), s.gpus, s.usd_per_gpu_hour) for s in spans
     ]
-    window = (since.timestamp(), until.timestamp())
-    bills = [
-        CloudBill(flavor, usd)
+    instances = {
+        flavor: drivers[config.backend].cloud_instances()
         for flavor, config in tenancy.flavors.items()
         if tenancy.is_cloud(flavor) and config.backend in drivers
-        for usd in [bill_within(drivers[config.backend].cloud_instances(), window)]
-    ]
+    }
     quotas = {
         tenant: {
             f: q.nominal
@@ -64,7 +92,13 @@ def cost_report(
         }
         for tenant, t in tenancy.tenants.items()
     }
-    return report(intervals, pools, bills, quotas, tenancy.cost.idle, window)
+    return Inputs(intervals, pools, instances, quotas)
+
+
+def report_of(inputs: Inputs, tenancy: Tenancy, window: tuple[datetime, datetime]) -> CostReport:
+    span = (window[0].timestamp(), window[1].timestamp())
+    bills = [CloudBill(flavor, bill_within(found, span)) for flavor, found in inputs.instances.items()]
+    return report(inputs.intervals, inputs.pools, bills, inputs.quotas, tenancy.cost.idle, span)
 
 
 def bill_within(instances: list[Instance], window: tuple[float, float]) -> float:

@@ -431,6 +431,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/cost/series": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Series
+         * @description Your desks' cost and GPU-hours per step over the last `days` days (every desk's, for
+         *     an admin): what the admin page plots.
+         */
+        get: operations["series_api_cost_series_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/budgets": {
         parameters: {
             query?: never;
@@ -836,6 +857,44 @@ export interface components {
             burst_usd: number;
             /** Total Usd */
             total_usd: number;
+        };
+        /**
+         * CostPoint
+         * @description One desk's cost in one step of a series.
+         */
+        CostPoint: {
+            /**
+             * Start
+             * Format: date-time
+             */
+            start: string;
+            /** Tenant */
+            tenant: string;
+            /** Gpu Hours */
+            gpu_hours: number;
+            /** Used Gpu Hours */
+            used_gpu_hours: number;
+            /** Total Usd */
+            total_usd: number;
+            /** Idle In Allocation Usd */
+            idle_in_allocation_usd: number;
+        };
+        /** CostSeries */
+        CostSeries: {
+            /**
+             * Since
+             * Format: date-time
+             */
+            since: string;
+            /**
+             * Until
+             * Format: date-time
+             */
+            until: string;
+            /** Step S */
+            step_s: number;
+            /** Points */
+            points: components["schemas"]["CostPoint"][];
         };
         /** CostView */
         CostView: {
@@ -2993,6 +3052,65 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CostView"];
+                };
+            };
+            /** @description A cursor this server did not return (forged or corrupted). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    series_api_cost_series_get: {
+        parameters: {
+            query?: {
+                days?: number;
+                step_s?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CostSeries"];
                 };
             };
             /** @description A cursor this server did not return (forged or corrupted). */
