@@ -67,6 +67,10 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
         fault = f" [{a.fault.words}]" if a.fault else ""
         step = f", step {a.last_step}" if a.last_step is not None else ""
         lines.append(f"  attempt {a.number} on {a.backend}{step}: {a.state.value.lower()}{fault}{end}")
+    if job.cost:
+        lines.append(f"  cost: {job.cost.words}")
+    if job.estimate:
+        lines.append(f"  estimated at submit: {job.estimate.words}")
     if job.excluded_nodes:
         lines.append(f"  avoiding nodes: {', '.join(job.excluded_nodes)}")
     for c in list(checkpoints)[:5]:

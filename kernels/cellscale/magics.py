@@ -69,11 +69,16 @@ class ClusterMagics(Magics):
         spec = args.to_spec(cell, unsent)  # validates everything before anything is sent
         blob = pack_inputs(self.shell.user_ns, args.inputs) if args.inputs else None
         if args.dry_run:
-            print(self.client.render(spec).script)
+            rendered = self.client.render(spec)
+            print(rendered.script)
+            if rendered.estimate:
+                print(f"[cellscale] would cost {rendered.estimate.words}")
             return None
         if blob is not None:
             spec = args.to_spec(cell, self.client.upload_inputs(blob).sha256)
         job = self.client.submit(spec)
+        if job.estimate:
+            print(f"[cellscale] {job.id}: {job.estimate.words}")
         if args.detach:
             print(f"[cellscale] submitted {job.id}; follow it with: %cluster attach {job.id}")
             return None
@@ -138,6 +143,9 @@ class ClusterMagics(Magics):
             chunks.put(exc)
 
     def _finish(self, job: JobView):
+        if job.cost:
+            estimated = f"; estimated {job.estimate.words.split(' (')[0]}" if job.estimate else ""
+            print(f"[cellscale] {job.id} cost {job.cost.words}{estimated}")
         if job.phase is not Phase.SUCCEEDED:
             raise JobFailed(job)
         if job.spec.outputs:

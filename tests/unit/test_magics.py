@@ -11,7 +11,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cellscale.bundle import InputError, pack_inputs
 from cellscale.magics import ClusterMagics, JobFailed
-from cellscale.spec import JobPage, JobSpec, JobView, LogChunk, Phase, RenderView
+from cellscale.spec import CostEstimate, JobCost, JobPage, JobSpec, JobView, LogChunk, Phase, RenderView
 
 NOW = datetime.now(UTC)
 
@@ -206,3 +206,37 @@ def test_the_attached_status_line_shows_gpus_cpus_and_memory(shell, capsys):
     assert "[cellscale] cs-000000000001 · SUCCEEDED · 00:00 · attempt - · 2 GPUs · 8 CPUs · 16 GiB on local" in (
         capsys.readouterr().out
     )
+
+
+ESTIMATE = CostEstimate(
+    gpus=16,
+    seconds=7200,
+    basis="time_limit",
+    usd_per_gpu_hour=2.6,
+    usd=84.0,
+    budget_fraction=0.06,
+    words="≈16 GPU × 2.0 h ≈ $84, 6% of desk-a's weekly budget (at most: its --time)",
+)
+
+
+class CostingClient(RecordingClient):
+    def render(self, spec):
+        return super().render(spec).model_copy(update={"estimate": ESTIMATE})
+
+    def _view(self):
+        cost = JobCost(
+            gpu_hours=32.0, used_fraction=0.41, usd=83.2, idle_usd=49.1, words="16 GPU × 2.0 h = 32.00 GPU-h"
+        )
+        return super()._view().model_copy(update={"estimate": ESTIMATE, "cost": cost})
+
+
+def test_the_estimate_is_shown_before_it_runs_and_beside_the_cost_after(shell, capsys):
+    assert run(shell, CostingClient(), "--gpus 16 --time 120").success
+    out = capsys.readouterr().out
+    assert f"[cellscale] cs-000000000001: {ESTIMATE.words}" in out
+    assert "cost 16 GPU × 2.0 h = 32.00 GPU-h; estimated ≈16 GPU × 2.0 h ≈ $84, 6% of desk-a's weekly budget" in out
+
+
+def test_a_dry_run_says_what_it_would_cost(shell, capsys):
+    assert run(shell, CostingClient(), "--gpus 16 --dry-run").success
+    assert f"[cellscale] would cost {ESTIMATE.words}" in capsys.readouterr().out
