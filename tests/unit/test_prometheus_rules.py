@@ -26,7 +26,7 @@ def test_example_scrape_config_is_valid(tmp_path: Path):
     # credentials_file points at a real file, with the rules next to it as in config/prometheus/
     config = yaml.safe_load((PROMETHEUS_CONFIG / "prometheus.yml").read_text())
     (job,) = config["scrape_configs"]
-    assert job["metrics_path"] == "/services/cellscale/metrics"
+    assert job["metrics_path"] == "/services/cellscale/api/metrics"
     assert job["authorization"]["credentials_file"] == "/etc/prometheus/cellscale-token"
     token = tmp_path / "cellscale-token"
     token.write_text("a-token\n")

@@ -192,9 +192,11 @@ class LedgerRow(Base):
     start: Mapped[datetime] = mapped_column(UTCDateTime)
     end: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     gpus: Mapped[int] = mapped_column(Integer)
+    gpu_s: Mapped[float] = mapped_column(Double)  # gpus × (end − start): sums need no date arithmetic
     gpu_used_s: Mapped[float | None] = mapped_column(Double)
     cpu_s: Mapped[float] = mapped_column(Double)
     usd_per_gpu_hour: Mapped[float] = mapped_column(Double)
+    usd: Mapped[float] = mapped_column(Double)  # gpu_s at that price
 
 
 class CapacityRow(Base):

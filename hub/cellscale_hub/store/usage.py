@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from cellscale.spec import FlavorUsage, QueueUsage
@@ -103,7 +103,6 @@ def _ledger_spend(
     """(dollars, GPU-seconds) per tenant off the cloud: the ledger's rows within each budget's
     period, and running attempts from where the ledger stops to now."""
     t = now.timestamp()
-    since = now - timedelta(seconds=max(b.seconds for b in budgets.values()))
     spent: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
 
     def add(tenant: str, gpus: int, start: datetime, end: datetime, price: float) -> None:
@@ -111,11 +110,18 @@ def _ledger_spend(
         spent[tenant][0] += gpus * seconds / 3600 * price
         spent[tenant][1] += gpus * seconds
 
-    rows = select(LedgerRow.tenant, LedgerRow.gpus, LedgerRow.start, LedgerRow.end, LedgerRow.usd_per_gpu_hour).where(
-        LedgerRow.tenant.in_(budgets), LedgerRow.end > since, LedgerRow.backend.not_in(clouds)
-    )
-    for tenant, gpus, start, end, price in session.execute(rows):
-        add(tenant, gpus, start, end, price)
+    for tenant, budget in budgets.items():
+        start = now - timedelta(seconds=budget.seconds)
+        mine = (LedgerRow.tenant == tenant, LedgerRow.end > start, LedgerRow.backend.not_in(clouds))
+        inside = select(func.sum(LedgerRow.usd), func.sum(LedgerRow.gpu_s)).where(*mine, LedgerRow.start >= start)
+        usd, gpu_s = session.execute(inside).one()  # rows inside the period: summed by the database
+        spent[tenant][0] += usd or 0.0
+        spent[tenant][1] += gpu_s or 0.0
+        straddling = select(LedgerRow.gpus, LedgerRow.start, LedgerRow.end, LedgerRow.usd_per_gpu_hour).where(
+            *mine, LedgerRow.start < start
+        )
+        for gpus, row_start, row_end, price in session.execute(straddling):  # only their part inside
+            add(tenant, gpus, row_start, row_end, price)
     running = (
         select(Job.tenant, Job.gpus, Job.flavor, Attempt.held_from, Attempt.metered_until)
         .join(Attempt, Attempt.job_id == Job.id)

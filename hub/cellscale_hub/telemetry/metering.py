@@ -70,6 +70,7 @@ def meter_attempt(
         attempt.memory_peak_bytes = max(attempt.memory_peak_bytes or 0, used.memory_peak_bytes)
     flavor = attempt.flavor or job.flavor or attempt.backend
     price = tenancy.price_of(flavor) if flavor in tenancy.flavors else 0.0
+    gpu_s = job.gpus * (end - start).total_seconds()
     row = LedgerRow(
         attempt_id=attempt.id,
         job_id=job.id,
@@ -81,13 +82,15 @@ def meter_attempt(
         start=start,
         end=end,
         gpus=job.gpus,
+        gpu_s=gpu_s,
         gpu_used_s=gpu_used,
         cpu_s=cpu,
         usd_per_gpu_hour=price,
+        usd=gpu_s / 3600 * price,
     )
     session.add(row)
     attempt.metered_until = end
-    attempt.usd = (attempt.usd or 0.0) + job.gpus * (end - start).total_seconds() / 3600 * price
+    attempt.usd = (attempt.usd or 0.0) + row.usd
     return row
 
 

@@ -77,37 +77,23 @@ class Metrics:
 
     def seed(self, store: Store) -> None:
         """Start the ledger's counters at its totals (a restart is not a counter reset)."""
-        totals: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        labels = (LedgerRow.tenant, LedgerRow.owner, LedgerRow.backend, LedgerRow.flavor)
         query = select(
-            LedgerRow.tenant,
-            LedgerRow.owner,
-            LedgerRow.backend,
-            LedgerRow.flavor,
-            LedgerRow.gpus,
-            LedgerRow.start,
-            LedgerRow.end,
-            LedgerRow.gpu_used_s,
-            LedgerRow.usd_per_gpu_hour,
-        )
+            *labels, func.sum(LedgerRow.gpu_s), func.sum(LedgerRow.gpu_used_s), func.sum(LedgerRow.usd)
+        ).group_by(*labels)
         with store.session() as session:
-            for tenant, owner, backend, flavor, gpus, start, end, used, price in session.execute(query):
-                gpu_s = gpus * (end - start).total_seconds()
-                acc = totals[tenant, owner, backend, flavor]
-                acc[0] += gpu_s
-                acc[1] += used or 0.0
-                acc[2] += gpu_s / 3600 * price
-        for labels, (gpu_s, used, usd) in totals.items():
-            self.allocated.labels(*labels).inc(gpu_s)
-            self.used.labels(*labels).inc(used)
-            self.cost.labels(*labels).inc(usd)
+            for tenant, owner, backend, flavor, gpu_s, used, usd in session.execute(query):
+                series = (tenant, owner, backend, flavor)
+                self.allocated.labels(*series).inc(gpu_s or 0.0)
+                self.used.labels(*series).inc(used or 0.0)
+                self.cost.labels(*series).inc(usd or 0.0)
 
     def metered(self, row: LedgerRow) -> None:
         labels = (row.tenant, row.owner, row.backend, row.flavor)
-        gpu_s = row.gpus * (row.end - row.start).total_seconds()
-        self.allocated.labels(*labels).inc(gpu_s)
+        self.allocated.labels(*labels).inc(row.gpu_s)
         if row.gpu_used_s is not None:
             self.used.labels(*labels).inc(row.gpu_used_s)
-        self.cost.labels(*labels).inc(gpu_s / 3600 * row.usd_per_gpu_hour)
+        self.cost.labels(*labels).inc(row.usd)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

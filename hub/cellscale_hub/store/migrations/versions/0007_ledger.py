@@ -40,9 +40,11 @@ def upgrade() -> None:
         sa.Column("start", sa.DateTime(timezone=True), nullable=False),
         sa.Column("end", sa.DateTime(timezone=True), nullable=False),
         sa.Column("gpus", sa.Integer(), nullable=False),
+        sa.Column("gpu_s", sa.Double(), nullable=False),
         sa.Column("gpu_used_s", sa.Double(), nullable=True),
         sa.Column("cpu_s", sa.Double(), nullable=False),
         sa.Column("usd_per_gpu_hour", sa.Double(), nullable=False),
+        sa.Column("usd", sa.Double(), nullable=False),
     )
     op.create_index("ix_ledger_attempt_id", "ledger", ["attempt_id"])
     op.create_index("ix_ledger_job_id", "ledger", ["job_id"])
