@@ -33,3 +33,11 @@ def test_an_estimate_in_words():
     assert estimate_words(8, 95, "history", 3, 0.42, None, "desk-a", None) == (
         "≈8 GPU × 2 min ≈ $0.42 (from 3 earlier runs of this cell)"
     )
+
+
+def test_an_estimate_warns_a_desk_past_a_threshold_of_its_budget():
+    spend = Spend(Budget(usd=100, period="week", hard_stop=True), 100.0)
+    words = estimate_words(1, 3600, "time_limit", 0, 2.0, 0.02, "desk-a", spend)
+    assert words.endswith(
+        "; desk-a is past 100% of its budget: $100 of desk-a's weekly $100 budget (100%); new work is held"
+    )

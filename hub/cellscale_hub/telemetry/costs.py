@@ -173,13 +173,16 @@ def _code(spec: JobSpec) -> str:
 def estimate_words(
     gpus: int, seconds: float, basis: str, runs: int, usd: float, fraction: float | None, tenant: str, spend
 ) -> str:
-    """ "≈16 GPU × 2 h ≈ $84, 6% of desk-a's weekly budget (from 3 earlier runs)"."""
+    """ "≈16 GPU × 2 h ≈ $84, 6% of desk-a's weekly budget (from 3 earlier runs of this cell)",
+    then the budget's warning when the desk is past one of its thresholds."""
     words = f"≈{gpus} GPU × {span_words(seconds)} ≈ {usd_words(usd)}"
     if fraction is not None:
         words += f", {fraction:.0%} of {tenant}'s {spend.budget.period_words} budget"
-    origin = (
-        f"from {runs} earlier run{'s' if runs != 1 else ''} of this cell"
-        if basis == "history"
-        else "at most: its --time"
-    )
-    return f"{words} ({origin})"
+    plural = "s" if runs != 1 else ""
+    origin = f"from {runs} earlier run{plural} of this cell" if basis == "history" else "at most: its --time"
+    words = f"{words} ({origin})"
+    crossed = [f for f in spend.budget.warn_at if spend.fraction >= f] if spend is not None else []
+    if crossed:
+        held = "; new work is held" if spend.budget.hard_stop and spend.exhausted else ""
+        words += f"; {tenant} is past {max(crossed):.0%} of its budget: {spend.words(tenant)}{held}"
+    return words
