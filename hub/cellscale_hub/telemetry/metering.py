@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import and_, func, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from cellscale.runtime.records import NodeUsage
 from cellscale_hub.scheduling.resources import Amounts
@@ -98,15 +98,19 @@ def unmetered(session: Session, backend: str, since: datetime) -> list[Attempt]:
     """The backend's attempts whose allocation the ledger does not cover up to now: running
     ones, and ended ones (since `since`) whose last row is missing."""
     final_end = func.coalesce(Attempt.held_until, Attempt.ended_at)
-    query = select(Attempt).where(
-        Attempt.backend == backend,
-        Attempt.held_from.is_not(None),
-        or_(
-            Attempt.ended_at.is_(None),
-            and_(Attempt.ended_at > since, or_(Attempt.metered_until.is_(None), Attempt.metered_until < final_end)),
-        ),
+    query = (
+        select(Attempt)
+        .where(
+            Attempt.backend == backend,
+            Attempt.held_from.is_not(None),
+            or_(
+                Attempt.ended_at.is_(None),
+                and_(Attempt.ended_at > since, or_(Attempt.metered_until.is_(None), Attempt.metered_until < final_end)),
+            ),
+        )
+        .options(joinedload(Attempt.job))  # the caller reads each attempt's job: not one query per attempt
     )
-    return list(session.scalars(query))
+    return list(session.scalars(query).unique())
 
 
 def meter_capacity(session: Session, tenancy: Tenancy, capacities: Mapping[str, Amounts], now: datetime) -> None:

@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, Fault, Phase
+from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, QUOTA_HOLDING_PHASES, Fault, Phase
 from cellscale_hub.drivers import Driver, flavor_capacities
 from cellscale_hub.store import Store, usage
 from cellscale_hub.store.models import Attempt, Job, LedgerRow, utcnow
@@ -170,9 +170,13 @@ def _pending(session, waiting: WaitingBoard) -> Iterator[GaugeMetricFamily]:
 
 
 def _quota(session, tenancy: Tenancy) -> GaugeMetricFamily:
-    held: dict[tuple[str, str], int] = defaultdict(int)
-    for h in usage.holders(session):
-        held[h.cluster_queue, h.flavor] += h.gpus
+    # what usage.holders() adds up, as one aggregate: not every holding job's row and attempts
+    query = (
+        select(Job.cluster_queue, Job.flavor, func.sum(Job.gpus))
+        .where(Job.phase.in_(QUOTA_HOLDING_PHASES), Job.flavor.is_not(None))
+        .group_by(Job.cluster_queue, Job.flavor)
+    )
+    held: dict[tuple[str, str], int] = {(cq, flavor): int(n or 0) for cq, flavor, n in session.execute(query)}
     rows: dict[tuple, float] = {}
     for (cq, flavor), lent in lent_gpus(tenancy, held).items():
         quota = tenancy.cluster_queues[cq].quotas[flavor]
