@@ -265,9 +265,11 @@ def extend_ledger(store, tenancy, hours: float) -> int:
                         start=t,
                         end=end,
                         gpus=gpus,
+                        gpu_s=gpus * (end - t).total_seconds(),
                         gpu_used_s=0.6 * gpus * (end - t).total_seconds(),
                         cpu_s=1.0,
                         usd_per_gpu_hour=price,
+                        usd=gpus * (end - t).total_seconds() / 3600 * price,
                     )
                 )
                 t = end

@@ -472,12 +472,16 @@ class Controller:
         used = {a.id: metering.used_of(driver.usage(refs[a.id]), refs[a.id].spec.resources.nodes) for a in attempts}
         tenancy = self.tenancy.current
         alive = self._alive_at.get(backend, {})
-        with self.store.session() as session:
-            for attempt_id, use in used.items():
-                attempt = session.get(Attempt, attempt_id)
-                row = metering.meter_attempt(session, tenancy, attempt.job, attempt, use, alive.get(attempt_id))
+        rows = []
+        with self.store.session() as session, session.no_autoflush:  # one flush for all the rows
+            for attempt in metering.attempts(session, list(used)):
+                row = metering.meter_attempt(
+                    session, tenancy, attempt.job, attempt, used[attempt.id], alive.get(attempt.id)
+                )
                 if row is not None:
-                    self.metrics.metered(row)
+                    rows.append(row)
+        for row in rows:  # counted once stored
+            self.metrics.metered(row)
 
     def meter_capacity(self, capacities: dict[str, Amounts]) -> None:
         """Extend the on-prem flavors' capacity spans (what the fleet costs) every `meter_interval_s`."""

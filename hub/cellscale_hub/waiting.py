@@ -26,7 +26,7 @@ class WaitingBoard:
 
     def codes(self) -> dict[str, str]:
         """Each waiting job's reason code, as of the last cycle."""
-        return {job_id: reason.code.value for job_id, reason in self._reasons.items()}
+        return {job_id: code.value for job_id, code in self._reasons.codes().items()}
 
     def view(self, job_id: str) -> PendingView | None:
         reasons = self._reasons

@@ -159,6 +159,13 @@ class Reasons(Mapping[str, PendingReason]):
     def __contains__(self, job_id: object) -> bool:
         return job_id in self.explicit or any(job_id in jobs for _, jobs, _ in self._lines)
 
+    def codes(self) -> dict[str, PendingCode]:
+        """Each waiting job's reason code, without building the reasons of those queued behind a head."""
+        out = {job_id: reason.code for job_id, reason in self.explicit.items()}
+        for _, jobs, _ in self._lines:
+            out.update(dict.fromkeys(jobs, PendingCode.Queued))
+        return out
+
     def __iter__(self) -> Iterator[str]:
         yield from self.explicit
         for _, jobs, _ in self._lines:

@@ -113,6 +113,15 @@ def unmetered(session: Session, backend: str, since: datetime) -> list[Attempt]:
     return list(session.scalars(query).unique())
 
 
+def attempts(session: Session, ids: list[int], batch: int = 500) -> list[Attempt]:
+    """These attempts with their jobs, a query per `batch` of them."""
+    out: list[Attempt] = []
+    for start in range(0, len(ids), batch):
+        query = select(Attempt).where(Attempt.id.in_(ids[start : start + batch])).options(joinedload(Attempt.job))
+        out.extend(session.scalars(query).unique())
+    return out
+
+
 def meter_capacity(session: Session, tenancy: Tenancy, capacities: Mapping[str, Amounts], now: datetime) -> None:
     """Extend each on-prem flavor's capacity span to now (a new span from the last one's end when
     its GPUs or price changed; a flavor's first span starts now). Cloud flavors are billed by the
