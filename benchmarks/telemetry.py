@@ -291,7 +291,42 @@ def extend_ledger(store, tenancy, hours: float) -> int:
         if batch:
             conn.execute(insert(LedgerRow.__table__), batch)
             added += len(batch)
+        _rebuild_hours(conn)
     return added
+
+
+def _rebuild_hours(conn) -> None:
+    """The ledger's hourly sums from its rows (metering keeps them as it writes rows; rows
+    inserted here directly need them rebuilt)."""
+    from collections import defaultdict
+
+    from sqlalchemy import delete, insert, select
+
+    from cellscale_hub.store.models import LedgerHour, LedgerRow
+
+    sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    columns = (LedgerRow.tenant, LedgerRow.owner, LedgerRow.backend, LedgerRow.flavor, LedgerRow.start, LedgerRow.end)
+    for tenant, owner, backend, flavor, start, end, gpu_s, used, usd in conn.execute(
+        select(*columns, LedgerRow.gpu_s, LedgerRow.gpu_used_s, LedgerRow.usd)
+    ):
+        start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end))
+        span, t = (end - start).total_seconds(), start
+        while t < end:
+            hour = t.replace(minute=0, second=0, microsecond=0)
+            upto = min(end, hour + timedelta(hours=1))
+            share = (upto - t).total_seconds() / span
+            acc = sums[tenant, hour, owner, backend, flavor]
+            acc[0] += gpu_s * share
+            acc[1] += (used or 0.0) * share
+            acc[2] += usd * share
+            t = upto
+    conn.execute(delete(LedgerHour))
+    rows = [
+        dict(tenant=k[0], hour=k[1], owner=k[2], backend=k[3], flavor=k[4], gpu_s=v[0], gpu_used_s=v[1], usd=v[2])
+        for k, v in sums.items()
+    ]
+    for i in range(0, len(rows), 20000):
+        conn.execute(insert(LedgerHour.__table__), rows[i : i + 20000])
 
 
 def _oldest_row(conn, attempt_id: int) -> datetime | None:

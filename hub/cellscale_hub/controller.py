@@ -472,14 +472,11 @@ class Controller:
         used = {a.id: metering.used_of(driver.usage(refs[a.id]), refs[a.id].spec.resources.nodes) for a in attempts}
         tenancy = self.tenancy.current
         alive = self._alive_at.get(backend, {})
-        rows = []
+        rows, hours = [], {}
         with self.store.session() as session, session.no_autoflush:  # one flush for all the rows
             for attempt in metering.attempts(session, list(used)):
-                row = metering.meter_attempt(
-                    session, tenancy, attempt.job, attempt, used[attempt.id], alive.get(attempt.id)
-                )
-                if row is not None:
-                    rows.append(row)
+                use, alive_at = used[attempt.id], alive.get(attempt.id)
+                rows += metering.meter_attempt(session, tenancy, attempt.job, attempt, use, alive_at, hours)
         for row in rows:  # counted once stored
             self.metrics.metered(row)
 

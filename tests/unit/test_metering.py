@@ -13,9 +13,10 @@ from sqlalchemy import select
 from cellscale.runtime.records import NodeUsage
 from cellscale.vocabulary import AttemptState
 from cellscale_hub.scheduling.resources import Amounts
-from cellscale_hub.store.models import Attempt, CapacityRow, LedgerRow
+from cellscale_hub.store.models import Attempt, CapacityRow, LedgerHour, LedgerRow
+from cellscale_hub.store.usage import budget_spend
 from cellscale_hub.telemetry.metering import Used, meter_attempt, meter_capacity, unmetered, used_of
-from cellscale_hub.tenancy import Tenancy
+from cellscale_hub.tenancy import Budget, Tenancy
 from tests.unit.test_store import make_job
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -70,15 +71,15 @@ def meter(store, alive_at=None, used=None, end=None):
         a = session.scalars(select(Attempt)).one()
         if end is not None:
             a.state, a.held_until, a.ended_at = AttemptState.SUCCEEDED, at(end), at(end + 2)
-        row = meter_attempt(session, TENANCY, a.job, a, used, alive_at)
-        return None if row is None else (row.start, row.end, row.gpu_used_s, row.usd_per_gpu_hour)
+        rows = meter_attempt(session, TENANCY, a.job, a, used, alive_at)
+        return [(row.start, row.end, row.gpu_used_s, row.usd_per_gpu_hour) for row in rows] or None
 
 
 def test_rows_tile_the_allocation_to_the_backends_own_end(attempt):
-    assert meter(attempt, alive_at=at(60), used=Used(400.0, 5.0, 1)) == (at(0), at(60), 400.0, 2.0)
+    assert meter(attempt, alive_at=at(60), used=Used(400.0, 5.0, 1)) == [(at(0), at(60), 400.0, 2.0)]
     assert meter(attempt, alive_at=at(60)) is None  # nothing new since that poll
     # ended at 90 by Slurm's clock (the controller saw it at 92): the last row stops at 90
-    assert meter(attempt, used=Used(1000.0, 9.0, 1), end=90) == (at(60), at(90), 600.0, 2.0)
+    assert meter(attempt, used=Used(1000.0, 9.0, 1), end=90) == [(at(60), at(90), 600.0, 2.0)]
     with attempt.session() as session:
         a = session.scalars(select(Attempt)).one()
         rows = session.scalars(select(LedgerRow)).all()
@@ -89,7 +90,7 @@ def test_rows_tile_the_allocation_to_the_backends_own_end(attempt):
 
 def test_a_running_attempt_is_metered_only_to_the_last_poll_that_saw_it(attempt):
     assert meter(attempt, alive_at=None) is None  # not polled since the control plane started
-    assert meter(attempt, alive_at=at(30))[1] == at(30)
+    assert meter(attempt, alive_at=at(30))[0][1] == at(30)
 
 
 def test_used_never_exceeds_what_was_held(attempt):
@@ -99,7 +100,7 @@ def test_used_never_exceeds_what_was_held(attempt):
 
 
 def test_unknown_use_stays_unknown(attempt):
-    assert meter(attempt, alive_at=at(10), used=Used(None, 1.0, 1))[2] is None
+    assert meter(attempt, alive_at=at(10), used=Used(None, 1.0, 1))[0][2] is None
 
 
 def test_capacity_spans_extend_until_something_changes(store):
@@ -114,3 +115,30 @@ def test_capacity_spans_extend_until_something_changes(store):
         ("a100", at(60), at(120), 24, 2.0),
         ("h100", at(0), at(120), 16, 1.5),  # its site's price
     ]
+
+
+def test_rows_are_cut_at_clock_hours_and_summed_per_hour(attempt):
+    # 30 min before and 30 min after 10:00, used 900 GPU-s spread over it
+    assert meter(attempt, alive_at=at(1800)) is not None
+    assert meter(attempt, alive_at=at(5400), used=Used(16 * 1800.0, 0.0, 0)) == [
+        (at(1800), at(3600), 16 * 900.0, 2.0),
+        (at(3600), at(5400), 16 * 900.0, 2.0),
+    ]
+    with attempt.session() as session:
+        hours = {h.hour: (h.gpu_s, h.usd) for h in session.scalars(select(LedgerHour))}
+    assert hours == {at(0): (16 * 3600.0, 32.0), at(3600): (16 * 1800.0, 16.0)}
+
+
+def test_a_budget_period_counts_whole_hours_and_the_exact_part_of_its_first(attempt):
+    meter(attempt, end=7200)  # held 9:00 to 11:00 (ended), 16 GPUs at $2
+    with attempt.session() as session:
+        tenancy = TENANCY.model_copy(
+            update={
+                "tenants": {
+                    "desk-a": TENANCY.tenants["desk-a"].model_copy(update={"budget": Budget(usd=1000, period="day")})
+                }
+            }
+        )
+        spend = budget_spend(session, tenancy, at(86400 + 1800))  # the period starts at 9:30
+    assert spend["desk-a"].spent_gpu_hours == pytest.approx(16 * 1.5)
+    assert spend["desk-a"].spent_usd == pytest.approx(16 * 1.5 * 2.0)

@@ -199,6 +199,22 @@ class LedgerRow(Base):
     usd: Mapped[float] = mapped_column(Double)  # gpu_s at that price
 
 
+class LedgerHour(Base):
+    """The ledger summed per desk, user, backend, flavor and clock hour (kept by metering as it
+    writes rows): budgets and the metrics' starting totals read hours, not every row."""
+
+    __tablename__ = "ledger_hours"
+
+    tenant: Mapped[str] = mapped_column(String(255), primary_key=True)
+    hour: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255), primary_key=True)
+    backend: Mapped[str] = mapped_column(String(63), primary_key=True)
+    flavor: Mapped[str] = mapped_column(String(63), primary_key=True)
+    gpu_s: Mapped[float] = mapped_column(Double, default=0.0)
+    gpu_used_s: Mapped[float] = mapped_column(Double, default=0.0)
+    usd: Mapped[float] = mapped_column(Double, default=0.0)
+
+
 class CapacityRow(Base):
     """An on-prem flavor's GPUs over a span, at its price: what the fleet costs."""
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session, joinedload
 
 from cellscale.runtime.records import NodeUsage
 from cellscale_hub.scheduling.resources import Amounts
-from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerRow
+from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerHour, LedgerRow
 from cellscale_hub.tenancy import Tenancy
 
 
@@ -45,18 +45,28 @@ def used_of(records: Sequence[NodeUsage | None], nodes: int) -> Used | None:
     )
 
 
+Hours = dict[tuple[str, datetime, str, str, str], LedgerHour]  # the hours touched in one metering pass
+
+
 def meter_attempt(
-    session: Session, tenancy: Tenancy, job: Job, attempt: Attempt, used: Used | None, alive_at: datetime | None
-) -> LedgerRow | None:
-    """The next row of the attempt, or None when there is nothing to add. An ended attempt's
-    last row ends at its end; a running one's at `alive_at`, the last time its backend said it
-    was running (its end, still unknown, is no earlier: a row never has to be taken back)."""
+    session: Session,
+    tenancy: Tenancy,
+    job: Job,
+    attempt: Attempt,
+    used: Used | None,
+    alive_at: datetime | None,
+    hours: Hours | None = None,
+) -> list[LedgerRow]:
+    """The attempt's next rows: from where its rows stop to its end (an ended attempt: the
+    backend's end) or to `alive_at` (a running one: the last time its backend said it was
+    running; its end, still unknown, is no earlier, so a row never has to be taken back). Rows
+    are cut at clock hours, so an hour's sum and a period's first partial hour are exact."""
     start = attempt.metered_until or attempt.held_from
     if start is None:
-        return None
+        return []
     end = (attempt.held_until or attempt.ended_at) if attempt.state.ended else alive_at
     if end is None or end <= start:
-        return None
+        return []
     held_s = (end - attempt.held_from).total_seconds()
     gpu_used = None
     if used is not None and used.gpu_used_s is not None:
@@ -70,28 +80,67 @@ def meter_attempt(
         attempt.memory_peak_bytes = max(attempt.memory_peak_bytes or 0, used.memory_peak_bytes)
     flavor = attempt.flavor or job.flavor or attempt.backend
     price = tenancy.price_of(flavor) if flavor in tenancy.flavors else 0.0
-    gpu_s = job.gpus * (end - start).total_seconds()
-    row = LedgerRow(
-        attempt_id=attempt.id,
-        job_id=job.id,
-        attempt=attempt.number,
-        tenant=job.tenant,
-        owner=job.owner,
-        backend=attempt.backend,
-        flavor=flavor,
-        start=start,
-        end=end,
-        gpus=job.gpus,
-        gpu_s=gpu_s,
-        gpu_used_s=gpu_used,
-        cpu_s=cpu,
-        usd_per_gpu_hour=price,
-        usd=gpu_s / 3600 * price,
-    )
-    session.add(row)
+    span = (end - start).total_seconds()
+    rows = []
+    for piece_start, piece_end in clock_hours(start, end):
+        share = (piece_end - piece_start).total_seconds() / span
+        gpu_s = job.gpus * (piece_end - piece_start).total_seconds()
+        row = LedgerRow(
+            attempt_id=attempt.id,
+            job_id=job.id,
+            attempt=attempt.number,
+            tenant=job.tenant,
+            owner=job.owner,
+            backend=attempt.backend,
+            flavor=flavor,
+            start=piece_start,
+            end=piece_end,
+            gpus=job.gpus,
+            gpu_s=gpu_s,
+            gpu_used_s=None if gpu_used is None else gpu_used * share,
+            cpu_s=cpu * share,
+            usd_per_gpu_hour=price,
+            usd=gpu_s / 3600 * price,
+        )
+        session.add(row)
+        add_to_hour(session, row, {} if hours is None else hours)
+        attempt.usd = (attempt.usd or 0.0) + row.usd
+        rows.append(row)
     attempt.metered_until = end
-    attempt.usd = (attempt.usd or 0.0) + row.usd
-    return row
+    return rows
+
+
+def clock_hours(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+    """[start, end) cut at each clock hour."""
+    pieces, t = [], start
+    while t < end:
+        upto = min(end, t.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1))
+        pieces.append((t, upto))
+        t = upto
+    return pieces
+
+
+def add_to_hour(session: Session, row: LedgerRow, hours: Hours) -> None:
+    """Add a row (within one clock hour) to that hour's sum."""
+    hour = row.start.replace(minute=0, second=0, microsecond=0)
+    key = (row.tenant, hour, row.owner, row.backend, row.flavor)
+    bucket = hours.get(key) or session.get(LedgerHour, key)
+    if bucket is None:
+        bucket = LedgerHour(
+            tenant=row.tenant,
+            hour=hour,
+            owner=row.owner,
+            backend=row.backend,
+            flavor=row.flavor,
+            gpu_s=0.0,
+            gpu_used_s=0.0,
+            usd=0.0,
+        )
+        session.add(bucket)
+    hours[key] = bucket
+    bucket.gpu_s += row.gpu_s
+    bucket.gpu_used_s += row.gpu_used_s or 0.0
+    bucket.usd += row.usd
 
 
 def unmetered(session: Session, backend: str, since: datetime) -> list[Attempt]:

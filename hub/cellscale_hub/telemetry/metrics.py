@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, QUOTA_HOLDING_PHASES, Fault, Phase
 from cellscale_hub.drivers import Driver, flavor_capacities
 from cellscale_hub.store import Store, usage
-from cellscale_hub.store.models import Attempt, Job, LedgerRow, utcnow
+from cellscale_hub.store.models import Attempt, Job, LedgerHour, LedgerRow, utcnow
 from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy
 from cellscale_hub.waiting import WaitingBoard
@@ -77,9 +77,9 @@ class Metrics:
 
     def seed(self, store: Store) -> None:
         """Start the ledger's counters at its totals (a restart is not a counter reset)."""
-        labels = (LedgerRow.tenant, LedgerRow.owner, LedgerRow.backend, LedgerRow.flavor)
+        labels = (LedgerHour.tenant, LedgerHour.owner, LedgerHour.backend, LedgerHour.flavor)
         query = select(
-            *labels, func.sum(LedgerRow.gpu_s), func.sum(LedgerRow.gpu_used_s), func.sum(LedgerRow.usd)
+            *labels, func.sum(LedgerHour.gpu_s), func.sum(LedgerHour.gpu_used_s), func.sum(LedgerHour.usd)
         ).group_by(*labels)
         with store.session() as session:
             for tenant, owner, backend, flavor, gpu_s, used, usd in session.execute(query):

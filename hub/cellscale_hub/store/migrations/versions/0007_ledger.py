@@ -51,6 +51,17 @@ def upgrade() -> None:
     op.create_index("ix_ledger_end", "ledger", ["end"])
     op.create_index("ix_ledger_tenant_end", "ledger", ["tenant", "end"])
     op.create_table(
+        "ledger_hours",
+        sa.Column("tenant", sa.String(255), primary_key=True),
+        sa.Column("hour", sa.DateTime(timezone=True), primary_key=True),
+        sa.Column("owner", sa.String(255), primary_key=True),
+        sa.Column("backend", sa.String(63), primary_key=True),
+        sa.Column("flavor", sa.String(63), primary_key=True),
+        sa.Column("gpu_s", sa.Double(), nullable=False),
+        sa.Column("gpu_used_s", sa.Double(), nullable=False),
+        sa.Column("usd", sa.Double(), nullable=False),
+    )
+    op.create_table(
         "ledger_capacity",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
         sa.Column("flavor", sa.String(63), nullable=False),
@@ -65,6 +76,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("ledger_capacity")
+    op.drop_table("ledger_hours")
     op.drop_table("ledger")
     with op.batch_alter_table("attempts") as batch:
         for column in (
