@@ -1,7 +1,7 @@
 """Thin handlers: each relays one control-plane route as the logged-in user, or pushes a live
 feed over a websocket. Every route requires an authenticated Jupyter user.
 
-    GET  /cellscale/api/whoami | quota                  relayed as they are
+    GET  /cellscale/api/whoami | quota | budgets        relayed as they are
     GET  /cellscale/api/jobs?scope&phase&name&limit&cursor
     GET  /cellscale/api/jobs/ID[/events?after | /checkpoints | /render | /logs?offset&max_bytes]
     POST /cellscale/api/jobs/ID/cancel
@@ -76,6 +76,14 @@ class QuotaHandler(_Relay):
     @web.authenticated
     async def get(self) -> None:
         await self.relay("GET", "api/quota")
+
+
+class BudgetsHandler(_Relay):
+    """The budgets of the user's desks (the desk quota view shows them)."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        await self.relay("GET", "api/budgets")
 
 
 class JobsHandler(_Relay):
@@ -201,6 +209,7 @@ def handlers(app: CellscaleServerApp) -> list[tuple]:
     return [
         (f"{base}/whoami", WhoAmIHandler, kw),
         (f"{base}/quota", QuotaHandler, kw),
+        (f"{base}/budgets", BudgetsHandler, kw),
         (f"{base}/jobs", JobsHandler, kw),
         (f"{base}/jobs/ws", JobsFeed, kw),  # before the job route, whose id pattern would take "ws"
         (f"{base}/jobs/{JOB}", JobHandler, kw),

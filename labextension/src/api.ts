@@ -19,6 +19,7 @@ export type CheckpointView = Schemas['CheckpointView'];
 export type LogChunk = Schemas['LogChunk'];
 export type RenderView = Schemas['RenderView'];
 export type QueueUsage = Schemas['QueueUsage'];
+export type BudgetView = Schemas['BudgetView'];
 export type JobQuery = NonNullable<paths['/api/jobs']['get']['parameters']['query']>;
 
 /** The JSON body of a successful GET on a control-plane path, read off the generated schema. */
@@ -136,6 +137,7 @@ export function socketUrl(
 
 export const whoami = (): Promise<WhoAmI> => get('/api/whoami');
 export const quota = (): Promise<QueueUsage[]> => get('/api/quota');
+export const budgets = (): Promise<BudgetView[]> => get('/api/budgets');
 export const listJobs = (query: JobQuery): Promise<JobPage> =>
   get('/api/jobs', { query });
 export const getJob = (id: string): Promise<JobView> =>

@@ -309,3 +309,64 @@ export function waitingWords(q: QueueUsage, cpus: boolean): string {
   const jobs = `${plural(q.pending_jobs, 'job')} waiting`;
   return wants.length ? `${jobs} for ${wants.join(' · ')}` : jobs;
 }
+
+type BudgetView = Schemas['BudgetView'];
+
+/** Dollars as the panel shows them: "$0.42", "$84", "$1,234". */
+export function formatUsd(usd: number): string {
+  const digits = Math.abs(usd) < 10 && usd !== Math.round(usd) ? 2 : 0;
+  return `$${usd.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })}`;
+}
+
+/** What a job cost and was expected to cost, each in the control plane's own words:
+ * "16 GPU × 2.1 h = 33.6 GPU-h, 41% used, $84 ($50 idle)" and "estimated: ≈16 GPU × 2.0 h ≈ $84, …".
+ * Empty when the job has neither (it has not started and no estimate was made). */
+export function costWords(job: Pick<Schemas['JobView'], 'cost' | 'estimate'>): string[] {
+  const words: string[] = [];
+  if (job.cost?.words) {
+    words.push(job.cost.words);
+  }
+  if (job.estimate?.words) {
+    words.push(`estimated: ${job.estimate.words}`);
+  }
+  return words;
+}
+
+/** A desk's budget in the quota view. */
+export interface IBudgetLine {
+  tenant: string;
+  /** "$42 / $100 per week", "3.20 / 10.0 GPU-hours per day", both joined with " · ". */
+  spentText: string;
+  /** Spent of the budget, 0–1 (the larger of dollars and GPU-hours; may pass 1). */
+  fraction: number;
+  /** "42%". */
+  percentText: string;
+  /** The API's warning, when a warn_at threshold is crossed. */
+  warning: string | null;
+  /** Spent with a hard stop: the desk's new work waits. */
+  holding: boolean;
+  /** For screen readers: "desk-a has spent 42% of its budget". */
+  description: string;
+}
+
+const PERIOD: Record<string, string> = { day: 'per day', week: 'per week', month: 'per month' };
+
+export function budgetLine(b: BudgetView): IBudgetLine {
+  const parts: string[] = [];
+  if (b.usd !== null && b.usd !== undefined) {
+    parts.push(`${formatUsd(b.spent_usd)} / ${formatUsd(b.usd)}`);
+  }
+  if (b.gpu_hours !== null && b.gpu_hours !== undefined) {
+    parts.push(`${formatGpuHours(b.spent_gpu_hours)} / ${formatGpuHours(b.gpu_hours)} GPU-hours`);
+  }
+  const percent = `${Math.round(b.fraction * 100)}%`;
+  return {
+    tenant: b.tenant,
+    spentText: `${parts.join(' · ')} ${PERIOD[b.period] ?? `per ${b.period}`}`,
+    fraction: b.fraction,
+    percentText: percent,
+    warning: b.warning ?? null,
+    holding: b.holding,
+    description: `${b.tenant} has spent ${percent} of its budget`
+  };
+}

@@ -2,10 +2,12 @@
 hub: OAuth sign-in, the cohort tree, flavors, quotas with usage bars (GPUs, and CPUs and memory
 where a quota sets them), the audit log, refused and accepted quota edits (an edit of the GPU
 numbers keeps the CPU and memory parts), no console errors, and a 403 for a user who is not a
-hub admin.
+hub admin. The cost section: a plot of each desk's cost and GPU-hours per day (a line per
+desk), the top idle jobs, the fleet's reconciliation, each desk's budget burn, and a budget
+edit refused (the API's reason shown) and then saved and audited.
 
 Screenshots go to $CELLSCALE_ARTIFACTS (default test-artifacts/ at the repo root). The quotas
-this test edits are put back exactly as they were, even when it fails."""
+and the budget these tests edit are put back exactly as they were, even when one fails."""
 
 from __future__ import annotations
 
@@ -284,6 +286,102 @@ def _accepted_edits(page: Page, admin_api) -> None:
     expect(first.nth(4)).to_have_text('{"nominal":3,"borrowing_limit":1,"lending_limit":null}')
     second = page.get_by_role("table", name="Audit log").locator("tbody tr").nth(1).locator("td")
     expect(second.nth(2)).to_have_text("set-quota cluster_queues/desk-b/quotas/local")
+
+
+@pytest.fixture
+def desk_a_cloud_restored(admin_api):
+    """desk-a's cloud policy (burst and budget) as it was before the test, restored afterwards."""
+
+    def cloud() -> dict:
+        tenant = admin_api.get("admin/tenancy").raise_for_status().json()["tenancy"]["tenants"]["desk-a"]
+        return {"burst": tenant.get("burst", "never"), "budget": tenant.get("budget")}
+
+    before = cloud()
+    yield before
+    if cloud() != before:
+        admin_api.put("admin/tenants/desk-a/cloud", json=before).raise_for_status()
+    assert cloud() == before
+
+
+def test_cost_section_plots_desks_and_edits_a_budget(hub, browser: Browser, admin_api, desk_a_cloud_restored):
+    tenants = sorted(admin_api.get("admin/tenancy").raise_for_status().json()["tenancy"]["tenants"])
+    series = admin_api.get("cost/series", params={"days": 30, "step_s": 86400}).raise_for_status().json()
+    # every desk with a quota has a line, spent or not
+    assert sorted({p["tenant"] for p in series["points"]}) == tenants
+    cost = admin_api.get("cost", params={"days": 30}).raise_for_status().json()
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="light")
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    errors: list[str] = []
+    refused: set[str] = set()
+    page.on("console", lambda m: errors.append(f"{m.text} ({m.location.get('url')})") if m.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
+    try:
+        sign_in_through_hub(page, hub, "admin", ADMIN_PASSWORD)
+        expect(page.get_by_role("heading", name="Cost (last 30 days)")).to_be_visible()
+        for plot in ("#cost-plot", "#hours-plot"):
+            expect(page.locator(f"{plot} svg")).to_have_count(1)
+            lines = page.locator(f"{plot} svg polyline")
+            expect(lines).to_have_count(len(tenants))
+            assert [line.get_attribute("data-tenant") for line in lines.all()] == tenants
+            expect(page.locator(f"{plot} .legend span")).to_have_text(tenants)
+        expect(page.locator("#fleet")).to_have_text(
+            re.compile(r"^fleet \$[\d,.]+ = desks \$[\d,.]+ \+ shared idle -?\$[\d,.]+ \+ overhead -?\$[\d,.]+ · ")
+        )
+        idle = page.get_by_role("table", name="Top idle jobs (last 30 days)").locator("tbody tr")
+        expect(idle).to_have_count(max(1, len(cost["top_idle_jobs"])))
+
+        budgets = page.get_by_role("table", name="Budgets").locator("tbody tr")
+        expect(budgets).to_have_count(len(tenants))
+        row = page.locator('#budgets tr[data-tenant="desk-a"]')
+        save = page.get_by_role("button", name="save budget of desk-a")
+
+        # refused: the API's reason is shown, nothing is stored
+        audit = _audit(admin_api)
+        row.get_by_label("budget dollars desk-a", exact=True).fill("-5")
+        with page.expect_response(lambda r: r.request.method == "PUT") as put:
+            save.click()
+        assert put.value.status == 422
+        refused.add(put.value.url)
+        expect(page.get_by_role("alert")).to_contain_text("not saved (budget of desk-a)")
+        expect(page.get_by_role("alert")).to_contain_text("budget.usd: Input should be greater than or equal to 0")
+        assert _audit(admin_api) == audit
+
+        # saved: the page sends the budget with the desk's burst setting as it was; audited
+        row.get_by_label("budget dollars desk-a", exact=True).fill("250")
+        row.get_by_label("budget GPU-hours desk-a", exact=True).fill("")
+        row.get_by_label("budget period desk-a", exact=True).select_option("day")
+        row.get_by_label("budget warn at desk-a", exact=True).fill("0.5, 0.9")
+        row.get_by_label("budget hard stop desk-a", exact=True).check()
+        save.click()
+        expect(page.get_by_role("status")).to_have_text("saved: budget of desk-a")
+        expect(page.get_by_role("alert")).to_be_hidden()
+        latest = _audit(admin_api)[0]
+        assert (latest["actor"], latest["action"], latest["target"]) == ("admin", "set-cloud", "tenants/desk-a/cloud")
+        budget = {"usd": 250.0, "period": "day", "warn_at": [0.5, 0.9], "hard_stop": True}
+        assert latest["after"] == {"burst": desk_a_cloud_restored["burst"], "budget": budget}
+        first = page.get_by_role("table", name="Audit log").locator("tbody tr").first.locator("td")
+        expect(first.nth(2)).to_have_text("set-cloud tenants/desk-a/cloud")
+        # the burn against the new budget, and the editor showing what is stored
+        expect(row.locator(".burn")).to_have_text(re.compile(r"^\$[\d,.]+ / \$250 per day · \d+%$"))
+        burn = re.compile(r"^desk-a has spent \d+% of its budget$")
+        expect(row.get_by_role("img")).to_have_attribute("aria-label", burn)
+        expect(row.get_by_label("budget period desk-a", exact=True)).to_have_value("day")
+        expect(row.get_by_label("budget hard stop desk-a", exact=True)).to_be_checked()
+        page.screenshot(path=ARTIFACTS / "admin-page-cost.png", full_page=True)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+        # Chromium logs every non-2xx fetch; the refused PUT is the only one expected
+        expected = [e for e in errors if e.startswith("Failed to load resource") and "422" in e and refused]
+        assert len(expected) <= 1 and all(any(u in e for u in refused) for e in expected), errors
+        errors = [e for e in errors if e not in expected]
+        assert errors == [], errors
+    except BaseException:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=ARTIFACTS / "admin-page-cost-failed.png", full_page=True)
+        raise
+    finally:
+        context.close()
 
 
 def test_a_user_who_is_not_a_hub_admin_gets_403(hub, browser: Browser):

@@ -167,6 +167,7 @@ def test_the_extension_declares_authentication_on_every_route(relay):
     [
         ("GET", "whoami"),
         ("GET", "quota"),
+        ("GET", "budgets"),
         ("GET", "jobs?scope=tenant"),
         ("GET", "jobs/cs-0123456789ab"),
         ("GET", "jobs/cs-0123456789ab/events"),
@@ -215,6 +216,8 @@ def test_reads_are_relayed_as_the_servers_user(relay):
     assert [e["reason"] for e in events] == ["Submitted"]
     assert relay.http.get(f"jobs/{job_id}/checkpoints").json() == []
     assert [q["cluster_queue"] for q in relay.http.get("quota").json()] == ["desk-a"]
+    assert relay.http.get("budgets").json() == []  # no desk of this tenancy has a budget
+    assert relay.seen[-1] == "/api/budgets"
     # the control plane's refusals come back as it said them
     render = relay.http.get(f"jobs/{job_id}/render")
     assert render.status_code == 409 and "no attempt yet" in render.json()["detail"]

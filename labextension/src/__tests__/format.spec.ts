@@ -1,6 +1,8 @@
 import {
   aheadWords,
   attemptWords,
+  budgetLine,
+  costWords,
   describeUser,
   elapsedBetween,
   eventWords,
@@ -10,6 +12,7 @@ import {
   formatGpuHours,
   formatMemory,
   formatUntil,
+  formatUsd,
   isJobId,
   isTerminal,
   pendingWords,
@@ -27,6 +30,9 @@ type JobView = components['schemas']['JobView'];
 type Resources = components['schemas']['Resources'];
 type QueueUsage = components['schemas']['QueueUsage'];
 type FlavorUsage = components['schemas']['FlavorUsage'];
+type BudgetView = components['schemas']['BudgetView'];
+type JobCost = components['schemas']['JobCost'];
+type CostEstimate = components['schemas']['CostEstimate'];
 
 describe('formatElapsed', () => {
   it.each([
@@ -288,5 +294,90 @@ describe('attempts and events', () => {
     expect(isJobId('cs-0123456789ab')).toBe(true);
     expect(isJobId('cs-0123456789abc')).toBe(false);
     expect(isJobId('../whoami')).toBe(false);
+  });
+});
+
+describe('cost and budgets', () => {
+  it.each([
+    [0, '$0'],
+    [0.42, '$0.42'],
+    [5, '$5'],
+    [84.4, '$84'],
+    [1234.5, '$1,235']
+  ])('%p dollars read %p', (usd, text) => {
+    expect(formatUsd(usd)).toBe(text);
+  });
+
+  const cost: JobCost = {
+    gpu_hours: 33.6,
+    used_fraction: 0.41,
+    usd: 84,
+    idle_usd: 50,
+    cpu_hours: 0,
+    words: '16 GPU × 2.1 h = 33.6 GPU-h, 41% used, $84 ($50 idle)'
+  };
+  const estimate: CostEstimate = {
+    gpus: 16,
+    seconds: 7200,
+    basis: 'history',
+    runs: 3,
+    usd_per_gpu_hour: 2.5,
+    usd: 80,
+    budget_fraction: 0.06,
+    words: "≈16 GPU × 2.0 h ≈ $80, 6% of desk-a's weekly budget"
+  };
+
+  it("shows a job's cost in the ledger's words, and its estimate beside it", () => {
+    expect(costWords({ cost, estimate })).toEqual([
+      cost.words,
+      "estimated: ≈16 GPU × 2.0 h ≈ $80, 6% of desk-a's weekly budget"
+    ]);
+    expect(costWords({ cost, estimate: null })).toEqual([cost.words]);
+    // waiting: nothing spent yet, only the estimate
+    expect(costWords({ cost: null, estimate })).toEqual([`estimated: ${estimate.words}`]);
+    expect(costWords({})).toEqual([]);
+  });
+
+  const budget: BudgetView = {
+    tenant: 'desk-a',
+    period: 'week',
+    usd: 100,
+    gpu_hours: null,
+    spent_usd: 42.2,
+    spent_gpu_hours: 16.9,
+    fraction: 0.422,
+    warning: null,
+    hard_stop: false,
+    holding: false
+  };
+
+  it('shows a budget as spent of it, per period, with a percent', () => {
+    expect(budgetLine(budget)).toEqual({
+      tenant: 'desk-a',
+      spentText: '$42 / $100 per week',
+      fraction: 0.422,
+      percentText: '42%',
+      warning: null,
+      holding: false,
+      description: 'desk-a has spent 42% of its budget'
+    });
+    const both = budgetLine({ ...budget, gpu_hours: 40, period: 'day' });
+    expect(both.spentText).toBe('$42 / $100 · 16.9 / 40.0 GPU-hours per day');
+    const hours = budgetLine({ ...budget, usd: null, gpu_hours: 10, spent_gpu_hours: 3.2, period: 'month' });
+    expect(hours.spentText).toBe('3.20 / 10.0 GPU-hours per month');
+  });
+
+  it("passes on the API's warning and says when the desk's new work is held", () => {
+    const spent = budgetLine({
+      ...budget,
+      spent_usd: 104,
+      fraction: 1.04,
+      warning: 'past 100% of the budget: desk-a has spent $104 of its weekly $100',
+      hard_stop: true,
+      holding: true
+    });
+    expect(spent.percentText).toBe('104%');
+    expect(spent.warning).toBe('past 100% of the budget: desk-a has spent $104 of its weekly $100');
+    expect(spent.holding).toBe(true);
   });
 });

@@ -20,6 +20,7 @@ import {
 import {
   aheadWords,
   attemptWords,
+  costWords,
   eventWords,
   formatAge,
   formatBytes,
@@ -171,6 +172,17 @@ export class JobDetailView extends PanelView {
         className: 'jp-cellscale-jobmeta',
         text: `${job.owner} · ${job.queue} · ${resourceWords(job)} · ${job.spec.launcher ?? 'torchrun'}`
       }),
+      // what it cost so far (the ledger) and, beside it, what it was estimated to cost
+      h(
+        'p',
+        { className: 'jp-cellscale-cost', dataset: { field: 'cost' } },
+        ...costWords(job).map((text, i) =>
+          h('span', {
+            className: i === 0 && job.cost ? 'jp-cellscale-cost-actual' : 'jp-cellscale-cost-estimate',
+            text: i ? ` · ${text}` : text
+          })
+        )
+      ),
       // a waiting job's reason is the first line of "Why it waits" below
       h('p', { className: 'jp-cellscale-reason', text: job.pending ? '' : (job.reason ?? '') })
     );

@@ -1,16 +1,19 @@
-// The cellscale admin page: reads /api/admin/tenancy and /api/admin/audit, edits quotas
-// and weights with PUTs. Text goes in with textContent only: nothing is parsed as HTML.
+// The cellscale admin page: reads /api/admin/tenancy and /api/admin/audit, edits quotas,
+// weights and budgets with PUTs; plots the desks' cost from /api/cost/series. Text goes in with
+// textContent only: nothing is parsed as HTML.
 "use strict";
 const PREFIX = document.body.dataset.prefix;
 // The page's anti-CSRF token: the control plane refuses a change signed in by the cookie without it.
 const CSRF = document.querySelector('meta[name="cellscale-csrf"]').content;
-const api = (path, { headers = {}, ...options } = {}) =>
-  fetch(`${PREFIX}/api/admin/${path}`,
+// A call to the control plane's API (`/api/PATH`); `api` is the admin part of it (`/api/admin/PATH`).
+const call = (path, { headers = {}, ...options } = {}) =>
+  fetch(`${PREFIX}/api/${path}`,
     { credentials: "same-origin", headers: { "X-CSRF-Token": CSRF, ...headers }, ...options }).then(async (r) => {
     const body = await r.json().catch(() => ({}));
     if (!r.ok) throw new Error(explain(body.detail) || `${r.status} ${r.statusText}`);
     return body;
   });
+const api = (path, options) => call(`admin/${path}`, options);
 
 // An error's detail: our own refusals are a string; FastAPI's request validation (a body
 // that doesn't parse as a quota, e.g. a lending limit above nominal) is a list of errors.
@@ -268,19 +271,179 @@ function renderNodes(nodes) {
   document.getElementById("nodes").replaceChildren(...rows);
 }
 
+// --- cost -------------------------------------------------------------------------------
+
+const SVG = "http://www.w3.org/2000/svg";
+// one colour per desk, in the order of the desks' names (the legend says which)
+const PALETTE = ["#2b7bb9", "#e08a1e", "#27ae60", "#c0392b", "#8e44ad", "#16a085", "#d35400", "#7f8c8d"];
+
+function svgEl(tag, attrs = {}, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// Dollars as the page shows them: "$0.42", "$84", "$1,234", "-$3".
+function usd(n) {
+  const digits = Math.abs(n) < 10 && n !== Math.round(n) ? 2 : 0;
+  const text = Math.abs(n).toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  return `${n < 0 ? "-" : ""}$${text}`;
+}
+
+const hours = (n) => (n < 10 ? n.toFixed(2) : n.toFixed(1));
+
+// A line plot of one field of the series: a polyline per desk over the steps, the axes with
+// the largest value and the first and last day, and a legend. Drawn by hand: a few SVG elements.
+function plot(series, field, label, show) {
+  const width = 520, height = 200, left = 56, bottom = 22, top = 8, right = 8;
+  const starts = [...new Set(series.points.map((p) => p.start))].sort();
+  const desks = [...new Set(series.points.map((p) => p.tenant))].sort();
+  const value = {};
+  for (const p of series.points) value[`${p.tenant} ${p.start}`] = p[field];
+  const max = Math.max(0, ...series.points.map((p) => p[field]));
+  const x = (i) => left + (starts.length > 1 ? (i / (starts.length - 1)) * (width - left - right) : 0);
+  const y = (v) => top + (1 - (max ? v / max : 0)) * (height - top - bottom);
+  const svg = svgEl("svg", { class: "plot", width, height, role: "img", "data-field": field,
+    "aria-label": `${label}: ${desks.length} desks over ${starts.length} days, at most ${show(max)}` });
+  svg.append(svgEl("line", { class: "axis", x1: left, y1: top, x2: left, y2: height - bottom }),
+    svgEl("line", { class: "axis", x1: left, y1: height - bottom, x2: width - right, y2: height - bottom }),
+    svgEl("text", { x: left - 4, y: top + 4, "text-anchor": "end" }, show(max)),
+    svgEl("text", { x: left - 4, y: height - bottom, "text-anchor": "end" }, show(0)));
+  if (starts.length) {
+    svg.append(svgEl("text", { x: left, y: height - 6 }, new Date(starts[0]).toLocaleDateString()),
+      svgEl("text", { x: width - right, y: height - 6, "text-anchor": "end" },
+        new Date(starts[starts.length - 1]).toLocaleDateString()));
+  }
+  desks.forEach((desk, d) => {
+    const points = starts.map((start, i) => `${x(i).toFixed(1)},${y(value[`${desk} ${start}`] || 0).toFixed(1)}`);
+    const line = svgEl("polyline", { points: points.join(" "), stroke: PALETTE[d % PALETTE.length], "data-tenant": desk });
+    line.append(svgEl("title", {}, desk));
+    svg.append(line);
+  });
+  const legend = el("p", { class: "legend" }, ...desks.map((desk, d) => {
+    const swatch = el("i", { class: "swatch" });
+    swatch.style.background = PALETTE[d % PALETTE.length];
+    return el("span", { "data-tenant": desk }, swatch, desk);
+  }));
+  if (!desks.length) legend.append(el("span", { class: "muted", text: "no cost in the last 30 days" }));
+  return [svg, legend];
+}
+
+function renderCost(cost, series) {
+  document.getElementById("cost-plot").replaceChildren(...plot(series, "total_usd", "Cost per desk", usd));
+  document.getElementById("hours-plot").replaceChildren(...plot(series, "gpu_hours", "GPU-hours per desk", hours));
+  const f = cost.fleet;
+  document.getElementById("fleet").textContent = !f ? "" :
+    `fleet ${usd(f.fleet_usd)} = desks ${usd(f.desks_usd)} + shared idle ${usd(f.shared_idle_usd)} + ` +
+    `overhead ${usd(f.overhead_usd)} · ${f.identity_error <= 0.01 ? "reconciles" :
+      `off by ${(f.identity_error * 100).toFixed(1)}%`} · idle policy ${cost.idle_policy}`;
+  const rows = cost.top_idle_jobs.length ? cost.top_idle_jobs.map((j) => el("tr", { "data-job": j.job_id },
+    el("td", {}, el("code", { text: j.job_id })), el("td", { text: j.tenant }), el("td", { text: j.user }),
+    el("td", { text: hours(j.gpu_hours) }),
+    el("td", { text: j.efficiency == null ? "not sampled" : `${Math.round(j.efficiency * 100)}%` }),
+    el("td", { text: usd(j.idle_usd) })))
+    : [el("tr", {}, el("td", { colspan: "6", class: "muted", text: "no idle jobs" }))];
+  document.getElementById("idle-jobs").replaceChildren(...rows);
+}
+
+// A budget's burn: spent of it (the larger of dollars and GPU-hours), orange once it is spent.
+function burn(fraction, tenant) {
+  const width = 160, height = 14;
+  const svg = svgEl("svg", { class: "bar", width, height, role: "img",
+    "aria-label": `${tenant} has spent ${Math.round(fraction * 100)}% of its budget` });
+  svg.append(svgEl("rect", { x: 0, y: 0, width, height, fill: "var(--bar-track)" }),
+    svgEl("rect", { x: 0, y: 0, width: Math.min(1, Math.max(0, fraction)) * width, height,
+      fill: fraction >= 1 ? "var(--bar-borrowed)" : "var(--bar-used)" }));
+  return svg;
+}
+
+function choice(label, value, options) {
+  return el("select", { "aria-label": label }, ...options.map((o) =>
+    el("option", { value: o, text: o, ...(o === value ? { selected: "" } : {}) })));
+}
+
+const PERIOD = { day: "per day", week: "per week", month: "per month" };
+const DEFAULT_WARN_AT = [0.5, 0.8, 1];
+
+// One row per desk: its burn against the budget in force (from /api/budgets) and an editor of
+// the budget (from the tenancy) that PUTs the desk's cloud policy, its burst setting kept.
+function renderBudgets(doc, budgets) {
+  const spent = Object.fromEntries(budgets.map((b) => [b.tenant, b]));
+  const rows = Object.entries(doc.tenants).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([name, t]) => {
+    const budget = t.budget || null;
+    const b = spent[name];
+    const status = el("td", { class: "spent" });
+    if (b) {
+      const parts = [];
+      if (b.usd != null) parts.push(`${usd(b.spent_usd)} / ${usd(b.usd)}`);
+      if (b.gpu_hours != null) parts.push(`${hours(b.spent_gpu_hours)} / ${hours(b.gpu_hours)} GPU-hours`);
+      status.append(burn(b.fraction, name), el("span", { class: "burn",
+        text: `${parts.join(" · ")} ${PERIOD[b.period] || b.period} · ${Math.round(b.fraction * 100)}%` }));
+      if (b.warning) status.append(el("div", { class: "warning", text: b.warning }));
+      if (b.holding) status.append(el("div", { class: "warning holding", text: "holding new work" }));
+    } else {
+      status.append(el("span", { class: "muted", text: "no budget" }));
+    }
+    const inputs = {
+      usd: el("input", { type: "number", min: "0", step: "any", "aria-label": `budget dollars ${name}`,
+        value: budget && budget.usd != null ? String(budget.usd) : "", placeholder: "none" }),
+      gpu_hours: el("input", { type: "number", min: "0", step: "any", "aria-label": `budget GPU-hours ${name}`,
+        value: budget && budget.gpu_hours != null ? String(budget.gpu_hours) : "", placeholder: "none" }),
+      period: choice(`budget period ${name}`, (budget && budget.period) || "week", ["day", "week", "month"]),
+      covers: choice(`budget covers ${name}`, (budget && budget.covers) || "all", ["all", "cloud"]),
+      warn_at: el("input", { type: "text", class: "warn-at", "aria-label": `budget warn at ${name}`,
+        value: ((budget && budget.warn_at) || DEFAULT_WARN_AT).join(", ") }),
+      hard_stop: el("input", { type: "checkbox", "aria-label": `budget hard stop ${name}`,
+        ...(budget && budget.hard_stop ? { checked: "" } : {}) }),
+    };
+    const button = el("button", { type: "button", text: "save", "aria-label": `save budget of ${name}`,
+      onclick: () => save(`tenants/${encodeURIComponent(name)}/cloud`,
+        { burst: t.burst || "never", budget: budgetBody(inputs) }, `budget of ${name}`) });
+    return el("tr", { "data-tenant": name }, el("td", { text: name }), status,
+      ...Object.values(inputs).map((input) => el("td", {}, input)), el("td", {}, button));
+  });
+  document.getElementById("budgets").replaceChildren(...rows);
+}
+
+// The budget as the API takes it; null (no budget) when neither dollars nor GPU-hours are set.
+// Numbers are sent as typed: the API explains what it refuses (a negative amount, a fraction of 0).
+function budgetBody(inputs) {
+  const amount = (box) => (box.value.trim() === "" ? null : Number(box.value));
+  const [dollars, gpuHours] = [amount(inputs.usd), amount(inputs.gpu_hours)];
+  if (dollars === null && gpuHours === null) return null;
+  const warnAt = inputs.warn_at.value.split(/[\s,]+/).filter(Boolean).map(Number);
+  return { usd: dollars, gpu_hours: gpuHours, period: inputs.period.value, covers: inputs.covers.value,
+    ...(warnAt.length ? { warn_at: warnAt } : {}), hard_stop: inputs.hard_stop.checked };
+}
+
 // The periodic refresh re-renders every input: skip it while an edit is in progress (an
-// input has focus or holds a value not saved yet), also when the edit began during the fetch.
-const editing = () => (document.activeElement && document.activeElement.tagName === "INPUT") ||
-  [...document.querySelectorAll("input")].some((input) => input.value !== input.defaultValue);
+// input or a choice has focus or holds a value not saved yet), also when the edit began during the fetch.
+const editing = () => (document.activeElement && ["INPUT", "SELECT"].includes(document.activeElement.tagName)) ||
+  [...document.querySelectorAll("input")].some((input) =>
+    input.type === "checkbox" ? input.checked !== input.defaultChecked : input.value !== input.defaultValue) ||
+  [...document.querySelectorAll("option")].some((option) => option.selected !== option.defaultSelected);
+
+// The cost report and its series are sums over 30 days of the ledger: read at most once a minute.
+const COST_EVERY_MS = 60000;
+let costReadAt = 0;
 
 async function load({ refresh = false } = {}) {
   try {
-    const [view, events, nodes] = await Promise.all([api("tenancy"), api("audit?limit=100"), api("nodes")]);
+    const costDue = !refresh || Date.now() - costReadAt >= COST_EVERY_MS;
+    const [view, events, nodes, budgets, cost, series] = await Promise.all([api("tenancy"), api("audit?limit=100"),
+      api("nodes"), call("budgets"), costDue ? call("cost?days=30") : null,
+      costDue ? call("cost/series?days=30&step_s=86400") : null]);
     if (refresh && editing()) return;
     document.getElementById("settings").textContent =
       `fair-share half-life ${view.fair_share_half_life_s} s · preemption grace ${view.preemption_grace_s} s`;
     renderTree(view.tenancy);
     renderQuotas(view);
+    renderBudgets(view.tenancy, budgets);
+    if (costDue) {
+      costReadAt = Date.now();
+      renderCost(cost, series);
+    }
     renderAudit(events);
     renderNodes(nodes);
   } catch (err) {
