@@ -354,7 +354,7 @@ class Controller:
             ref = refs[attempt.id]
             obs = observations.get(ref.key, Observation(AttemptState.UNKNOWN))
             if obs.held and obs.held[1] is None and not obs.state.ended:
-                alive[attempt.id] = polled_at
+                alive[attempt.id] = polled_at - timedelta(seconds=METER_LAG_S)
             if obs.state is AttemptState.SUBMITTING and attempt.submitted_at is None:
                 relaunch.append((attempt.job, attempt))  # the control plane died between admit and submit
                 continue
@@ -661,6 +661,11 @@ class Controller:
                 self._cancel_sent.add(ref.key)
                 driver.cancel(ref)
 
+
+METER_LAG_S = 2.0
+"""A running attempt is metered up to this long before the last poll that saw it running: Slurm
+records whole seconds and its queue may show a job running a moment after it ended, and rows
+past the end are trimmed (`metering.trim`) while Prometheus' counters cannot go back."""
 
 BILL_WINDOW_S = 7 * 86400.0
 """Instances stopped longer ago than this are billed already: not attributed again."""

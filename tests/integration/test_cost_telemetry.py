@@ -164,7 +164,7 @@ def test_a_scripted_day_is_metered_scraped_reconciled_and_agrees_with_slurm(
             f"{job_id}: Slurm held {held:.0f} s ({attempt['held_from']} → {attempt['held_until']}); "
             f"ledger: {cost['words']}"
         )
-        assert abs(cost["gpu_hours"] * 3600 - gpus * held) <= gpus / 8 * 1.0 + 1e-6, (cost, held)
+        assert abs(cost["gpu_hours"] * 3600 - gpus * held) <= gpus * 1.0, (cost, held)  # wall ± 1 s
         assert cost["used_fraction"] == pytest.approx(duty, abs=0.05), cost
         assert cost["usd"] == pytest.approx(cost["gpu_hours"] * PRICE, rel=1e-6)
 

@@ -142,3 +142,19 @@ def test_a_budget_period_counts_whole_hours_and_the_exact_part_of_its_first(atte
         spend = budget_spend(session, tenancy, at(86400 + 1800))  # the period starts at 9:30
     assert spend["desk-a"].spent_gpu_hours == pytest.approx(16 * 1.5)
     assert spend["desk-a"].spent_usd == pytest.approx(16 * 1.5 * 2.0)
+
+
+def test_rows_past_the_backends_end_are_trimmed_back_to_it(attempt):
+    meter(attempt, alive_at=at(60), used=Used(480.0, 1.0, 1))
+    # Slurm says it ended at 59.0 (whole seconds; its queue still showed it running at 60)
+    added = meter(attempt, used=Used(500.0, 1.0, 1), end=59)
+    assert added == [(None, None, 500.0 - 480.0 * 59 / 60, None)]  # for the counters: the use found since
+    with attempt.session() as session:
+        a = session.scalars(select(Attempt)).one()
+        (row,) = session.scalars(select(LedgerRow)).all()
+        (hour,) = session.scalars(select(LedgerHour)).all()
+        assert (row.end, row.gpu_s, a.metered_until) == (at(59), 16 * 59.0, at(59))
+        assert row.gpu_used_s == pytest.approx(500.0)  # the nodes' last use lands on the trimmed row
+        assert (hour.gpu_s, hour.usd) == (pytest.approx(16 * 59.0), pytest.approx(a.usd))
+        assert a.usd == pytest.approx(16 * 59 / 3600 * 2.0) and a.gpu_used_s == pytest.approx(500.0)
+        assert unmetered(session, "slurm", at(-3600)) == []

@@ -65,14 +65,26 @@ def meter_attempt(
     if start is None:
         return []
     end = (attempt.held_until or attempt.ended_at) if attempt.state.ended else alive_at
-    if end is None or end <= start:
+    if end is None:
         return []
+    hours = {} if hours is None else hours
+    if end < start:  # the backend's end is a little before the last poll that saw it running
+        trim(session, attempt, end, hours)
+        start = end
     held_s = (end - attempt.held_from).total_seconds()
     gpu_used = None
     if used is not None and used.gpu_used_s is not None:
         total = min(used.gpu_used_s, job.gpus * held_s)  # never more than was held (clocks differ a little)
         gpu_used = max(0.0, total - (attempt.gpu_used_s or 0.0))
         attempt.gpu_used_s = (attempt.gpu_used_s or 0.0) + gpu_used
+    if end == start:
+        if gpu_used:  # what the nodes used up to the end, after its last row: on that row
+            last = _last_row(session, attempt)
+            if last is not None:
+                last.gpu_used_s = (last.gpu_used_s or 0.0) + gpu_used
+                _bucket(session, last, hours).gpu_used_s += gpu_used
+                return [_used_only(last, gpu_used)]
+        return []
     cpu = 0.0
     if used is not None:
         cpu = max(0.0, used.cpu_s - (attempt.cpu_s or 0.0))
@@ -103,7 +115,7 @@ def meter_attempt(
             usd=gpu_s / 3600 * price,
         )
         session.add(row)
-        add_to_hour(session, row, {} if hours is None else hours)
+        add_to_hour(session, row, hours)
         attempt.usd = (attempt.usd or 0.0) + row.usd
         rows.append(row)
     attempt.metered_until = end
@@ -120,8 +132,60 @@ def clock_hours(start: datetime, end: datetime) -> list[tuple[datetime, datetime
     return pieces
 
 
+def trim(session: Session, attempt: Attempt, end: datetime, hours: Hours) -> None:
+    """Cut the attempt's rows back to its end: Slurm records whole seconds, and squeue may show a
+    job running a moment after it ended, so the last poll that saw it running can be later than
+    its end. The ledger then matches the backend's accounting; Prometheus' counters, which never
+    go down, stay ahead by what was cut (under a second or two per attempt)."""
+    rows = session.scalars(select(LedgerRow).where(LedgerRow.attempt_id == attempt.id, LedgerRow.end > end))
+    for row in rows:
+        span = (row.end - row.start).total_seconds()
+        cut = 1.0 if row.start >= end else (row.end - end).total_seconds() / span
+        bucket = _bucket(session, row, hours)
+        gpu_s, used, usd = row.gpu_s * cut, (row.gpu_used_s or 0.0) * cut, row.usd * cut
+        bucket.gpu_s -= gpu_s
+        bucket.gpu_used_s -= used
+        bucket.usd -= usd
+        attempt.usd = (attempt.usd or 0.0) - usd
+        if row.gpu_used_s is not None:
+            attempt.gpu_used_s = (attempt.gpu_used_s or 0.0) - used
+        if cut == 1.0:
+            session.delete(row)
+            continue
+        row.end, row.gpu_s, row.usd, row.cpu_s = end, row.gpu_s - gpu_s, row.usd - usd, row.cpu_s * (1 - cut)
+        if row.gpu_used_s is not None:
+            row.gpu_used_s -= used
+    attempt.metered_until = end
+
+
+def _last_row(session: Session, attempt: Attempt) -> LedgerRow | None:
+    query = select(LedgerRow).where(LedgerRow.attempt_id == attempt.id).order_by(LedgerRow.end.desc()).limit(1)
+    return session.scalars(query).first()
+
+
+def _used_only(row: LedgerRow, gpu_used: float) -> LedgerRow:
+    """What the counters add for use found after a row was counted: the use, nothing held."""
+    return LedgerRow(
+        tenant=row.tenant,
+        owner=row.owner,
+        backend=row.backend,
+        flavor=row.flavor,
+        gpu_s=0.0,
+        gpu_used_s=gpu_used,
+        usd=0.0,
+    )
+
+
 def add_to_hour(session: Session, row: LedgerRow, hours: Hours) -> None:
     """Add a row (within one clock hour) to that hour's sum."""
+    bucket = _bucket(session, row, hours)
+    bucket.gpu_s += row.gpu_s
+    bucket.gpu_used_s += row.gpu_used_s or 0.0
+    bucket.usd += row.usd
+
+
+def _bucket(session: Session, row: LedgerRow, hours: Hours) -> LedgerHour:
+    """The hourly sum a row (within one clock hour) belongs to."""
     hour = row.start.replace(minute=0, second=0, microsecond=0)
     key = (row.tenant, hour, row.owner, row.backend, row.flavor)
     bucket = hours.get(key) or session.get(LedgerHour, key)
@@ -138,14 +202,13 @@ def add_to_hour(session: Session, row: LedgerRow, hours: Hours) -> None:
         )
         session.add(bucket)
     hours[key] = bucket
-    bucket.gpu_s += row.gpu_s
-    bucket.gpu_used_s += row.gpu_used_s or 0.0
-    bucket.usd += row.usd
+    return bucket
 
 
 def unmetered(session: Session, backend: str, since: datetime) -> list[Attempt]:
     """The backend's attempts whose allocation the ledger does not cover up to now: running
-    ones, and ended ones (since `since`) whose last row is missing."""
+    ones, and ended ones (since `since`) whose rows do not end at their end yet (the last one
+    missing, or to be trimmed back to it)."""
     final_end = func.coalesce(Attempt.held_until, Attempt.ended_at)
     query = (
         select(Attempt)
@@ -154,7 +217,9 @@ def unmetered(session: Session, backend: str, since: datetime) -> list[Attempt]:
             Attempt.held_from.is_not(None),
             or_(
                 Attempt.ended_at.is_(None),
-                and_(Attempt.ended_at > since, or_(Attempt.metered_until.is_(None), Attempt.metered_until < final_end)),
+                and_(
+                    Attempt.ended_at > since, or_(Attempt.metered_until.is_(None), Attempt.metered_until != final_end)
+                ),
             ),
         )
         .options(joinedload(Attempt.job))  # the caller reads each attempt's job: not one query per attempt

@@ -132,9 +132,13 @@ def _number(
     return value
 
 
+CREATE_TIME_SLACK_S = 1.0  # process start times are kernel ticks: a job's first child may read as a little older
+
+
 class UsageMeter:
     """A node's use since `since`, cumulative: GPU busy seconds from `sampler`, and the CPU
-    seconds and peak summed RSS of the processes below `root` (its children, recursively).
+    seconds and peak summed RSS of the processes below `root` (its children, recursively)
+    started since the meter was (the job's: a supervisor starts its meter before the job).
 
     A process's CPU time counts as last seen, so one that exits keeps what it used until the
     sample before; what it used after that sample, or a process that lived between two
@@ -149,6 +153,7 @@ class UsageMeter:
         self.gpu_sampled_s = 0.0
         self.memory_peak_bytes = 0
         self._cpu: dict[tuple[int, float], float] = {}  # (pid, start time): CPU seconds last seen
+        self._born_after = time.time() - CREATE_TIME_SLACK_S
 
     @property
     def cpu_s(self) -> float:
@@ -169,8 +174,11 @@ class UsageMeter:
         for process in self.root.children(recursive=True):
             try:
                 with process.oneshot():
+                    created = process.create_time()
+                    if created < self._born_after:  # older than the meter: not this job's
+                        continue
                     times = process.cpu_times()
-                    self._cpu[(process.pid, process.create_time())] = times.user + times.system
+                    self._cpu[(process.pid, created)] = times.user + times.system
                     rss += process.memory_info().rss
             except (psutil.NoSuchProcess, psutil.AccessDenied):  # ended since listed (a zombie keeps its times)
                 continue
