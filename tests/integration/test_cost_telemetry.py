@@ -149,7 +149,7 @@ def test_a_scripted_day_is_metered_scraped_reconciled_and_agrees_with_slurm(
     a, b, tag = accounts
     prometheus.add_target(f"{served}/api/metrics", token="admin")
     began = datetime.now(UTC)
-    first_a = submit(plane, f"alice-{tag}", nodes=2, seconds=30, duty=0.4)
+    first_a = submit(plane, f"alice-{tag}", nodes=2, seconds=45, duty=0.4)
     first_b = submit(plane, f"bob-{tag}", nodes=1, seconds=20, duty=0.9)
     done = run_all(plane, [first_a, first_b])
 
@@ -179,7 +179,7 @@ def test_a_scripted_day_is_metered_scraped_reconciled_and_agrees_with_slurm(
     assert [x["tenant"] for x in budgets] == [b] and budgets[0]["holding"], budgets
 
     # desk A runs its cell again: estimated from the first run, within 10% of what it costs
-    again = submit(plane, f"alice-{tag}", nodes=2, seconds=30, duty=0.4)
+    again = submit(plane, f"alice-{tag}", nodes=2, seconds=45, duty=0.4)
     estimate = plane.http.get(f"/api/jobs/{again}", headers=plane.as_("admin")).json()["estimate"]
     assert estimate["basis"] == "history" and estimate["runs"] == 1, estimate
     second = run_all(plane, [again])[again]

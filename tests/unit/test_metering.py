@@ -90,6 +90,9 @@ def test_rows_tile_the_allocation_to_the_backends_own_end(attempt):
 
 def test_a_running_attempt_is_metered_only_to_the_last_poll_that_saw_it(attempt):
     assert meter(attempt, alive_at=None) is None  # not polled since the control plane started
+    assert meter(attempt, alive_at=at(-1)) is None  # the poll (less its lag) was before it started
+    with attempt.session() as session:
+        assert session.scalars(select(Attempt)).one().metered_until is None
     assert meter(attempt, alive_at=at(30))[0][1] == at(30)
 
 

@@ -68,8 +68,10 @@ def meter_attempt(
     if end is None:
         return []
     hours = {} if hours is None else hours
-    if end < start:  # the backend's end is a little before the last poll that saw it running
-        trim(session, attempt, end, hours)
+    if end < start:
+        if not attempt.state.ended:
+            return []  # it started after the last poll's time, less the lag: nothing to meter yet
+        trim(session, attempt, end, hours)  # its end is a little before the last poll that saw it running
         start = end
     held_s = (end - attempt.held_from).total_seconds()
     gpu_used = None
