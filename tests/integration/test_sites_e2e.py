@@ -28,7 +28,13 @@ from tests.controlplane.conftest import Plane
 from tests.integration.slurm_fixtures import slurm_cluster  # noqa: F401 - the fixture
 from tests.integration.test_slurm_admission import submit_checkpointing
 from tests.integration.test_slurm_backend import TERMINAL, logs
-from tests.integration.test_slurm_sites import POWER_DOWN_S, SLACK_S, short_states, wait_powered_down
+from tests.integration.test_slurm_sites import (
+    POWER_DOWN_S,
+    SLACK_S,
+    resume_duplicate_jobid_drains,
+    short_states,
+    wait_powered_down,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -322,13 +328,16 @@ def test_a_dead_dcb_controller_moves_what_had_not_started_and_nothing_runs_twice
         attempt_dir = plane.jobs_root / waiting["id"] / "attempts" / "1"
         assert (attempt_dir / "gate").read_text() == "fenced"
         assert not (attempt_dir / "node0" / "started").exists()
-        # known again: what dcb's own accounting says (still running, or ended by Slurm: in 2 of 3
-        # runs the restarted slurmctld ended it CANCELLED; cause not found), never LOST by cellscale
+        # known again: what dcb's own accounting says (still running, or ended by Slurm: a SIGKILLed
+        # slurmctld loses its unsaved state and hands out job ids again; when a new job gets the id
+        # of the one still running on b2, b2's slurmd reports "Duplicate jobid": Slurm cancels it and
+        # drains b2), never LOST by cellscale
         after = job(plane, running)["attempts"]
         print(f"the job running at dcb through the outage, after its return: {after[0]['state']}")
         assert after[0]["state"] != "LOST" and after[0]["state"] != "UNKNOWN", after[0]
     finally:
         subprocess.run(["scancel", raw], env=dcb_env, check=False)
+        resume_duplicate_jobid_drains(dcb_env)
 
 
 def _epoch(iso: str) -> float:

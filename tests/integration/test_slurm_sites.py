@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -214,9 +215,26 @@ def grp_tres(cluster, account: str) -> dict[str, str]:
     return {c: tres for c, user, tres in (line.split("|") for line in out.splitlines()) if not user}
 
 
+def resume_duplicate_jobid_drains(env: dict) -> None:
+    """Return the dcb nodes Slurm drained for a "Duplicate jobid" to service: a SIGKILLed slurmctld
+    (the dead-controller tests) loses its unsaved state and hands out job ids again, and a node
+    still running a job with a reused id is drained. Tests after those find dcb whole."""
+    out = subprocess.run(
+        ["sinfo", "-M", "dcb", "-h", "-N", "-o", "%N|%t|%E"], env=env, capture_output=True, text=True, check=False
+    ).stdout
+    for line in out.splitlines():
+        name, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        if state.startswith("drain") or state.startswith("drng"):
+            if "Duplicate jobid" in reason:
+                print(f"resuming {name} (drained: {reason})")
+                subprocess.run(["scontrol", "update", f"nodename={name}", "state=resume"], env=env, check=False)
+
+
 def test_the_driver_against_dcb_estimates_and_scopes_account_limits_to_dcb(slurm_cluster, cloud, caplog):
     dcb = driver_for(slurm_cluster, name="dcb", partition="gpu", conf=slurm_cluster.sites.dcb_env)
     assert dcb.cluster_name() == "dcb"
+    resume_duplicate_jobid_drains(os.environ | slurm_cluster.sites.dcb_env)
     deadline = time.monotonic() + 60  # earlier tests' jobs on dcb may still be completing
     while time.monotonic() < deadline:
         states = slurm_cluster.run(["sinfo", "-M", "dcb", "-h", "-N", "-o", "%t"]).stdout.split()
@@ -269,6 +287,7 @@ def test_a_dead_dcb_controller_is_unreachable_until_it_is_back(slurm_cluster, cl
             dcb.capacity()
     finally:
         dev_slurm.up(slurm_cluster.state_dir, sites=True, log=lambda line: print(f"[slurm up] {line}"))
+        resume_duplicate_jobid_drains(os.environ | slurm_cluster.sites.dcb_env)
     dcb._node_info = dcb._capacity = None
     assert dcb.capacity().capacity_gpus == 16
     assert ("sites", 1) in dcb.poll([ref])
