@@ -206,8 +206,8 @@ def routes(router: APIRouter) -> None:
         """Your desks' budgets (every desk's, for an admin): spent in the period, warnings, holds."""
         tenancy = ctx.tenancy.current
         with ctx.store.session() as session:
-            spend = usage.budget_spend(session, tenancy, utcnow())
-        return [budget_view(tenant, s) for tenant, s in sorted(spend.items()) if who.admin or tenant in who.tenants]
+            spend = usage.budget_spend(session, tenancy, utcnow(), only=None if who.admin else set(who.tenants))
+        return [budget_view(tenant, s) for tenant, s in sorted(spend.items())]
 
     @router.get("/metrics", responses=refusals(401, 403))
     def metrics(who: Reader, ctx: Ctx) -> Response:

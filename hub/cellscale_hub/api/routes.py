@@ -386,7 +386,7 @@ def _estimate(session, ctx: Context, who: Principal, where: Placement) -> CostEs
     """What the job would cost on its queue's first flavor there (dollars against its desk's budget)."""
     tenancy = ctx.tenancy.current
     flavors = tenancy.flavors_for(where.cluster_queue, where.backend) or tenancy.flavors_for(where.cluster_queue)
-    spend = usage.budget_spend(session, tenancy, utcnow()).get(where.tenant)
+    spend = usage.budget_spend(session, tenancy, utcnow(), only={where.tenant}).get(where.tenant)
     spec = where.spec
     return costs.estimate(
         session, tenancy, who.user, spec, spec.resources.gpus, flavors[0] if flavors else None, spend, where.tenant

@@ -257,13 +257,13 @@ def job_cost(job: Job) -> JobCost | None:
     held = [a for a in job.attempts if a.held_from is not None and a.metered_until is not None]
     if not held:
         return None
-    gpu_s = sum(job.gpus * (a.metered_until - a.held_from).total_seconds() for a in held)
+    held_s = sum((a.metered_until - a.held_from).total_seconds() for a in held)
+    gpu_s = job.gpus * held_s
     usd = sum(a.cloud_usd if a.cloud_usd is not None else (a.usd or 0.0) for a in held)
     known = all(a.gpu_used_s is not None for a in held)
     used = sum(a.gpu_used_s or 0.0 for a in held) / gpu_s if known and gpu_s > 0 else None
     idle = usd * (1 - used) if used is not None else None
-    hours = sum((a.metered_until - a.held_from).total_seconds() for a in held) / 3600
-    words = f"{job.gpus} GPU × {span_words(hours * 3600)} = {gpu_s / 3600:.2f} GPU-h"
+    words = f"{job.gpus} GPU × {span_words(held_s)} = {gpu_s / 3600:.2f} GPU-h"
     if used is not None:
         words += f", {used:.0%} used"
     words += f", ${usd:,.2f}" + (f" (${idle:,.2f} idle)" if idle is not None else "")

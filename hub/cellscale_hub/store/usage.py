@@ -45,11 +45,14 @@ def snapshot(
     )
 
 
-def budget_spend(session: Session, tenancy: Tenancy, now: datetime) -> dict[str, Spend]:
-    """Each budgeted tenant's spend over its budget's period (a rolling window), in dollars and
-    GPU-hours: on the cloud (`_cloud_spend`) and, when the budget covers all spend, elsewhere
-    (the ledger, plus the part of running attempts it has not metered yet)."""
-    budgets = {name: t.budget for name, t in tenancy.tenants.items() if t.budget is not None}
+def budget_spend(session: Session, tenancy: Tenancy, now: datetime, only: set[str] | None = None) -> dict[str, Spend]:
+    """Each budgeted tenant's spend (`only`: of these tenants) over its budget's period (a
+    rolling window), in dollars and GPU-hours: on the cloud (`_cloud_spend`) and, when the
+    budget covers all spend, elsewhere (the ledger, plus the part of running attempts it has not
+    metered yet)."""
+    budgets = {
+        name: t.budget for name, t in tenancy.tenants.items() if t.budget is not None and (only is None or name in only)
+    }
     if not budgets:
         return {}
     clouds = {
