@@ -227,6 +227,59 @@ class ResourceWeights(Strict):
     memory_gib: float = Field(0.0078125, ge=0, description="Per GiB of memory.")
 
 
+class Ordering(Strict):
+    """How work is ordered, backfilled and preempted INSIDE each ClusterQueue, after quotas,
+    borrowing and fair share between desks have had their say (`scheduling.admission`).
+
+    Least attained service, discretized (as in Tiresias): a job's level is how many of
+    `service_levels_gpu_hours` the GPU-hours it has already received (all attempts) have
+    passed; a lower level goes first, then submit time. No run-time knowledge is needed:
+    short cells finish in level 0 while long trainings sink. A job that waits
+    `promote_after_hours` goes back to level 0 (it cannot starve behind new work)."""
+
+    service_levels_gpu_hours: list[float] = Field(
+        default_factory=lambda: [0.5, 5.0, 50.0],
+        description="Attained-service thresholds, increasing; empty: submit order only.",
+    )
+    backfill: bool = Field(
+        True,
+        description="Jobs behind a waiting job may start when they fit, until that job reserves (reserve_after_minutes).",
+    )
+    reserve_after_minutes: float = Field(
+        30.0,
+        ge=0,
+        description="A waiting job this old reserves its flavor: nothing behind it starts there unless its --time "
+        "ends before the reservation's estimated start.",
+    )
+    promote_after_hours: float = Field(
+        8.0, gt=0, description="A job that has waited this long goes back to the lowest level (no starvation)."
+    )
+    preempt_for_service: bool = Field(
+        True,
+        description="A waiting job may preempt its own queue's jobs of a higher level (more service received).",
+    )
+    fresh_checkpoint_minutes: float = Field(
+        10.0,
+        ge=0,
+        description="Such a victim must have checkpointed (or started) at most this long ago: little work is lost.",
+    )
+    max_preemptions: int = Field(
+        2, ge=0, description="A job preempted this many times is no longer preempted for service (quota reclaim still may)."
+    )
+
+    @classmethod
+    def submit_order(cls) -> Ordering:
+        """Strict submit order: a waiting head blocks its queue, no preemption for service."""
+        return cls(service_levels_gpu_hours=[], backfill=False, preempt_for_service=False)
+
+    @model_validator(mode="after")
+    def _levels_increase(self) -> Ordering:
+        levels = self.service_levels_gpu_hours
+        if any(b <= a for a, b in zip(levels, levels[1:], strict=False)) or any(x <= 0 for x in levels):
+            raise ValueError("service_levels_gpu_hours must be positive and increasing")
+        return self
+
+
 class Cohort(Strict):
     parent: str | None = None
     weight: float = Field(1.0, gt=0, description="Fair-share weight among its siblings.")
@@ -272,6 +325,7 @@ class Tenancy(Strict):
     )
     resource_weights: ResourceWeights = Field(default_factory=ResourceWeights)
     cost: CostPolicy = Field(default_factory=CostPolicy, exclude_if=lambda value: value == CostPolicy())
+    ordering: Ordering = Field(default_factory=Ordering, exclude_if=lambda value: value == Ordering())
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Tenancy:

@@ -53,6 +53,9 @@ class Workload:
     memory: int = 0  # MiB asked for (0: none asked)
     data: tuple[tuple[str, float], ...] = ()  # (home site, GB) of each dataset and checkpoint it reads
     runtime_s: float = 3600.0  # expected run time (for dollars): its time limit, or a desk's typical run
+    attained: float = 0.0  # service received in its earlier attempts, GPU-equivalent seconds
+    queued_at: float | None = None  # when it last joined the queue (None: when submitted)
+    time_limit_s: float | None = None  # its --time: a hard bound (the backend stops it there)
 
     @cached_property
     def demand(self) -> Amounts:
@@ -75,6 +78,8 @@ class Holder:
     tenant: str = ""
     cpus: int = 0
     memory: int = 0
+    attained: float = 0.0  # service received before this attempt, GPU-equivalent seconds
+    preemptions: int = 0  # how often it was preempted so far
 
     @cached_property
     def demand(self) -> Amounts:
