@@ -264,7 +264,9 @@ class Ordering(Strict):
         description="Such a victim must have checkpointed (or started) at most this long ago: little work is lost.",
     )
     max_preemptions: int = Field(
-        2, ge=0, description="A job preempted this many times is no longer preempted for service (quota reclaim still may)."
+        2,
+        ge=0,
+        description="A job preempted this many times is no longer preempted for service (quota reclaim still may).",
     )
 
     @classmethod

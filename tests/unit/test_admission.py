@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
-from cellscale_hub.tenancy import Tenancy
+from cellscale_hub.tenancy import Ordering, Tenancy
 
 
 def tenancy(queues: dict[str, dict], cohorts: dict | None = None, flavors=("gpu",)) -> Tenancy:
@@ -161,10 +161,13 @@ def test_order_updates_as_jobs_are_admitted():
     assert sorted(admitted(run(TWO_DESKS, pending, capacity={"gpu": 8}))) == ["a0", "a1", "b0", "b1"]
 
 
-# -- strictness ---------------------------------------------------------------------------------
-def test_blocked_head_blocks_its_queue_and_borrowing_by_others():
+# -- strictness, backfill and reservation ------------------------------------------------------
+STRICT = TWO_DESKS.model_copy(update={"ordering": Ordering.submit_order()})
+
+
+def test_in_submit_order_a_blocked_head_blocks_its_queue_and_borrowing_by_others():
     decision = run(
-        TWO_DESKS,
+        STRICT,
         [
             pend("big", "a", 6, at=1),
             pend("small", "a", 1, at=2),
@@ -175,7 +178,7 @@ def test_blocked_head_blocks_its_queue_and_borrowing_by_others():
     )
     assert admitted(decision) == []  # b-own would not borrow, but b's head (b-own,2)+3 held = 5 > 4
     decision = run(
-        TWO_DESKS,
+        STRICT,
         [
             pend("big", "a", 6, at=1),
             pend("small", "a", 1, at=2),
@@ -187,6 +190,34 @@ def test_blocked_head_blocks_its_queue_and_borrowing_by_others():
     assert admitted(decision) == ["b-own"]
     assert decision.pending["small"].code == "Queued" and decision.pending["small"].position == 2
     assert decision.pending["small"].ahead[0].job_id == "big"
+
+
+def test_a_young_head_lets_smaller_jobs_of_its_queue_start_but_keeps_its_claim_on_borrowing():
+    pending = [pend("big", "a", 6, at=90), pend("small", "a", 1, at=91), pend("b-borrow", "b", 2, at=92)]
+    decision = run(TWO_DESKS, pending, [hold("x", "b", 3)], now=100.0)
+    assert admitted(decision) == ["small"]  # within a's quota; b may not borrow what big waits for
+    assert "smaller jobs behind it may start first until it has waited 30 min" in decision.pending["big"].message
+    assert decision.pending["b-borrow"].code == "HeldForAhead"
+
+
+def test_a_head_that_waited_reserves_and_only_jobs_ending_before_its_start_backfill():
+    holders = [hold("x", "a", 4, ends_by=100.0 + 1200)]
+    pending = [
+        pend("big", "a", 6, at=0.0),
+        Workload("short", "a", 1, 0, 10.0, time_limit_s=600),
+        Workload("long", "a", 1, 0, 20.0, time_limit_s=7200),
+        pend("blind", "a", 1, at=30.0),
+    ]
+    decision = run(TWO_DESKS, pending, holders, now=3600.0)
+    assert admitted(decision) == []  # x ends at 1300 s: big's estimated start is now
+    holders = [hold("x", "a", 4, ends_by=3600.0 + 1200)]
+    decision = run(TWO_DESKS, pending, holders, now=3600.0)
+    assert admitted(decision) == ["short"]  # ends within 10 min, before big starts (~20 min)
+    big, long = decision.pending["big"], decision.pending["long"]
+    assert "reserved (it waited 60 min)" in big.message and "~20 min" in big.message
+    assert long.code == "Queued" and long.position == 2 and long.ahead[0].job_id == "big"
+    assert "big (6 GPUs) waited 60 min and has reserved gpu" in long.message
+    assert decision.pending["blind"].position == 3
 
 
 # -- preemption -------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -32,6 +32,7 @@ from cellscale.vocabulary import PendingCode, Resource
 from cellscale_hub.scheduling.ceiling import Ceiling, limits, over
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.scheduling.resources import RESOURCES, UNLIMITED, Amounts, amount_words, capacity_of
+from cellscale_hub.scheduling.service import Service
 from cellscale_hub.scheduling.sites import Offer, SiteState, Spend, choose, offer, table_words
 from cellscale_hub.tenancy import Tenancy
 
@@ -145,6 +146,11 @@ class Reasons(Mapping[str, PendingReason]):
     def __init__(self) -> None:
         self.explicit: dict[str, PendingReason] = {}
         self._lines: list[tuple[Workload, dict[str, Workload], dict[str, int]]] = []  # head, behind, positions
+        self._later: dict[str, tuple[PendingCode, Callable[[], PendingReason]]] = {}  # built when asked
+
+    def later(self, job_id: str, code: PendingCode, build: Callable[[], PendingReason]) -> None:
+        """A reason built only when asked (from the cycle's final state), its code known now."""
+        self._later[job_id] = (code, build)
 
     def queue_behind(self, head: Workload, behind: list[Workload], start: int) -> None:
         jobs = {job.job_id: job for job in behind}
@@ -156,28 +162,34 @@ class Reasons(Mapping[str, PendingReason]):
     def __getitem__(self, job_id: str) -> PendingReason:
         if job_id in self.explicit:
             return self.explicit[job_id]
+        if job_id in self._later:
+            reason = self.explicit[job_id] = self._later[job_id][1]()
+            return reason
         for head, jobs, positions in self._lines:  # one line per blocked queue: a hundred, not 100k
             if job_id in jobs:
                 return _queued(self.explicit[head.job_id], head, jobs[job_id], positions[job_id])
         raise KeyError(job_id)
 
     def __contains__(self, job_id: object) -> bool:
-        return job_id in self.explicit or any(job_id in jobs for _, jobs, _ in self._lines)
+        return job_id in self.explicit or job_id in self._later or any(job_id in jobs for _, jobs, _ in self._lines)
 
     def codes(self) -> dict[str, PendingCode]:
         """Each waiting job's reason code, without building the reasons of those queued behind a head."""
-        out = {job_id: reason.code for job_id, reason in self.explicit.items()}
+        out = {job_id: code for job_id, (code, _) in self._later.items()}
+        out.update({job_id: reason.code for job_id, reason in self.explicit.items()})
         for _, jobs, _ in self._lines:
             out.update(dict.fromkeys(jobs, PendingCode.Queued))
         return out
 
     def __iter__(self) -> Iterator[str]:
         yield from self.explicit
+        yield from (job_id for job_id in self._later if job_id not in self.explicit)
         for _, jobs, _ in self._lines:
             yield from jobs
 
     def __len__(self) -> int:
-        return len(self.explicit) + sum(len(jobs) for _, jobs, _ in self._lines)
+        built = sum(1 for job_id in self._later if job_id in self.explicit)
+        return len(self.explicit) + len(self._later) - built + sum(len(jobs) for _, jobs, _ in self._lines)
 
 
 @dataclass
@@ -302,6 +314,7 @@ class Cycle:
     """What one scheduling cycle has decided so far, beyond the usage."""
 
     claims: dict[tuple[str, str], Workload] = field(default_factory=dict)  # (tree, flavor) -> blocked head
+    claim_start: dict[tuple[str, str], float | None] = field(default_factory=dict)  # its estimated start
     leaving: dict[str, Holder] = field(default_factory=dict)  # being preempted, not yet promised to a head
     promised: dict[str, list[Holder]] = field(default_factory=dict)  # head -> the victims freeing its GPUs
     taken: set[str] = field(default_factory=set)  # victims promised to some head
@@ -309,6 +322,7 @@ class Cycle:
     spent: dict[str, float] = field(default_factory=dict)  # tenant -> cloud dollars admitted in this cycle
     waiting_for: dict[str, list[int]] = field(default_factory=dict)  # flavor -> demand of the heads waiting there
     on_flavor: dict[str, list[Holder]] | None = None  # memo: the holders of each flavor
+    service: Service | None = None  # the ordering inside each queue, at this cycle's time
 
     def holders_on(self, snap: Snapshot, flavor: str) -> list[Holder]:
         if self.on_flavor is None:
@@ -333,44 +347,110 @@ class Cycle:
 
 
 # -- the cycle ----------------------------------------------------------------------------
+PREEMPTING_PER_QUEUE = 8  # waiting jobs of one queue that may choose victims in one cycle
+
+
+@dataclass
+class Line:
+    """One ClusterQueue's waiting jobs in a cycle, in order (`_queues`), and what the jobs
+    already looked at decided for those behind them."""
+
+    jobs: list[Workload]
+    at: int = 0
+    waiting: list[Workload] = field(default_factory=list)  # jobs looked at that still wait, in order
+    reserved: dict[str, tuple[Workload, float | None]] = field(default_factory=dict)  # flavor -> (head, its start)
+    failed: dict[str, Amounts] = field(default_factory=dict)  # flavor -> the smallest demand that did not fit
+    may_preempt: int = PREEMPTING_PER_QUEUE
+    timed: bool = False  # some job of it has a time limit (may backfill before a reservation)
+
+    @property
+    def job(self) -> Workload:
+        return self.jobs[self.at]
+
+    @property
+    def head(self) -> Workload | None:
+        """The first job of the queue that waits."""
+        return self.waiting[0] if self.waiting else None
+
+    def advance(self) -> bool:
+        """Next job; False when none is left."""
+        self.at += 1
+        return self.at < len(self.jobs)
+
+    def usable(self, job: Workload, flavors: list[str], now: float) -> list[str]:
+        """The flavors this job may take now: not one a head of its queue reserved, unless its
+        time limit ends before that head's estimated start (backfill that delays nobody)."""
+        out = []
+        for f in flavors:
+            reservation = self.reserved.get(f)
+            if reservation is None:
+                out.append(f)
+                continue
+            start = reservation[1]
+            if job.time_limit_s is not None and start is not None and now + job.time_limit_s <= start:
+                out.append(f)
+        return out
+
+    def hopeless(self, job: Workload, flavors: list[str]) -> bool:
+        """A smaller job of this queue already did not fit on each flavor (usage only grows
+        within a cycle): this one cannot either."""
+        return all(f in self.failed and job.demand.covers(self.failed[f]) for f in flavors)
+
+    def note_failed(self, job: Workload, flavors: list[str]) -> None:
+        for f in flavors:
+            known = self.failed.get(f)
+            if known is None or known.covers(job.demand):
+                self.failed[f] = job.demand
+
+
 def schedule(snap: Snapshot) -> Decision:
     t = snap.tenancy
     weights = t.resource_weights
+    service = Service(t.ordering, weights, snap.now)
     held = _held_per_queue(snap.holders)
     usage = Usage(t, {f: capacity_of(c) for f, c in snap.capacity.items()}, held)
     tree = FairTree.of(t)
     queue_use = dict(snap.history)
     for (cq, _), amounts in held.items():
         queue_use[cq] = queue_use.get(cq, 0.0) + amounts.weight(weights)
-    queues = _queues(snap.pending)
-    heads = {cq: 0 for cq in queues}
+    queues = _queues(snap.pending, service)
+    lines = {cq: Line(jobs, timed=any(j.time_limit_s for j in jobs)) for cq, jobs in queues.items()}
     decision = Decision()
-    cycle = Cycle(leaving={h.job_id: h for h in snap.holders if h.preempting})
-    flavors_of = {cq: _by_kind(t, list(t.cluster_queues[cq].quotas)) for cq in queues}
-    while heads:
+    cycle = Cycle(leaving={h.job_id: h for h in snap.holders if h.preempting}, service=service)
+    flavors_of = {cq: _by_kind(t, list(t.cluster_queues[cq].quotas)) for cq in lines}
+
+    def next_of(cq: str) -> None:
+        if not lines[cq].advance():
+            del lines[cq]
+
+    while lines:
         node_use = tree.node_usage(queue_use)
         cq = min(
-            heads,
-            key=lambda c: _order(
-                usage, _flavors(flavors_of[c], queues[c][heads[c]]), queues[c][heads[c]], tree.key(c, node_use)
-            ),
+            lines,
+            key=lambda c: _order(usage, _flavors(flavors_of[c], lines[c].job), lines[c].job, tree.key(c, node_use)),
         )
-        job = queues[cq][heads[cq]]
+        line = lines[cq]
+        job = line.job
         flavors = _flavors(flavors_of[cq], job)
         too_big = cycle.never_fits(snap, job, flavors) if flavors else None
         if not flavors or too_big:
             decision.pending[job.job_id] = _never_fits(job, too_big)
-            _advance(heads, queues, cq)
+            next_of(cq)
             continue
         held = _over_budget(snap, job)
         if held is not None:
             decision.pending[job.job_id] = held
-            _advance(heads, queues, cq)
+            next_of(cq)
             continue
-        offers = _offers(snap, usage, job, flavors, cycle) if _across_sites(snap, flavors) else None
+        usable = line.usable(job, flavors, snap.now)
+        if not usable or line.hopeless(job, usable):
+            _wait_behind(decision, snap, usage, cycle, line, job, flavors, usable)
+            next_of(cq)
+            continue
+        offers = _offers(snap, usage, job, usable, cycle) if _across_sites(snap, usable) else None
         best = choose(offers) if offers else None
         if offers is None:
-            flavor = _choose_flavor(usage, job, flavors, cycle.claims)
+            flavor = _choose_flavor(usage, job, usable, cycle)
         else:
             flavor = best.flavor if best is not None and best.fits_now else None
         if flavor is not None:
@@ -380,25 +460,85 @@ def schedule(snap: Snapshot) -> Decision:
             if offers and best.cloud:
                 cycle.spent[job.tenant] = cycle.spent.get(job.tenant, 0.0) + best.total_usd
             decision.admit.append(Admission(job.job_id, flavor, usage.borrowed(cq, flavor), placed))
-            _advance(heads, queues, cq)
+            next_of(cq)
             continue
         if offers is not None:
-            flavors = [best.flavor] if best is not None else []
-        for f in flavors[:1]:  # jobs that wait there later queue behind it (their estimates count it)
+            usable = [best.flavor] if best is not None else []
+        if line.head is not None:
+            _wait_behind(decision, snap, usage, cycle, line, job, flavors, usable, preempt=True)
+            if offers is None:
+                line.note_failed(job, usable)
+            next_of(cq)
+            continue
+        line.waiting.append(job)
+        for f in usable[:1]:  # jobs that wait there later queue behind it (their estimates count it)
             acc = cycle.waiting_for.setdefault(f, [0, 0, 0])
             for i, amount in enumerate(job.demand):
                 acc[i] += amount
-        for victim in _make_room(snap, usage, job, flavors, cycle) if flavors else ():
-            decision.preempt.append(Preemption(victim.job_id, job.job_id, _victim_reason(usage, victim, job)))
+        for victim in _make_room(snap, usage, job, usable, cycle) if usable else ():
+            decision.preempt.append(Preemption(victim.job_id, job.job_id, _victim_reason(usage, victim, job, service)))
+        line.may_preempt -= 1
         if offers is None:
-            decision.pending[job.job_id] = _blocked_reason(snap, usage, job, flavors, cycle)
+            reason = _blocked_reason(snap, usage, job, usable, cycle)
         else:
-            decision.pending[job.job_id] = _site_reason(snap, usage, job, best, offers, cycle)
-        for f in flavors:
-            cycle.claims.setdefault((usage.root[cq], f), job)
-        decision.pending.queue_behind(job, queues[cq][heads[cq] + 1 :], start=2)
-        del heads[cq]
+            reason = _site_reason(snap, usage, job, best, offers, cycle)
+        reserves = service.reserves(job)
+        decision.pending[job.job_id] = _head_words(reason, job, service, reserves, line.at + 1 < len(line.jobs))
+        if offers is None:
+            line.note_failed(job, usable)
+        for f in usable:  # no other queue of its tree may borrow there now (the head keeps its claim)
+            if (usage.root[cq], f) not in cycle.claims:
+                cycle.claims[usage.root[cq], f] = job
+                cycle.claim_start[usage.root[cq], f] = reason.estimated_start
+            if reserves:
+                line.reserved[f] = (job, reason.estimated_start)
+        if reserves and (
+            not t.ordering.backfill or (not line.timed and line.reserved.keys() >= set(sum(flavors_of[cq], [])))
+        ):
+            decision.pending.queue_behind(job, line.jobs[line.at + 1 :], start=len(line.waiting) + 1)
+            del lines[cq]  # nothing behind it may start anywhere: they wait in order
+            continue
+        next_of(cq)
     return decision
+
+
+def _wait_behind(
+    decision: Decision,
+    snap: Snapshot,
+    usage: Usage,
+    cycle: Cycle,
+    line: Line,
+    job: Workload,
+    flavors: list[str],
+    usable: list[str],
+    preempt: bool = False,
+) -> None:
+    """A job behind its queue's first waiting job that does not start: it may still choose
+    victims (a few per queue per cycle: for service, or reclaiming its desk's lent GPUs), and
+    its reason is built only when someone asks (a queue of 10k costs no 10k reasons)."""
+    ahead = list(line.waiting)
+    line.waiting.append(job)
+    position = len(line.waiting)
+    if preempt and usable and line.may_preempt > 0:
+        line.may_preempt -= 1
+        for victim in _make_room(snap, usage, job, usable, cycle):
+            decision.preempt.append(
+                Preemption(victim.job_id, job.job_id, _victim_reason(usage, victim, job, cycle.service))
+            )
+    reserved = None if usable else next(((f, line.reserved[f]) for f in flavors if f in line.reserved), None)
+    if reserved is not None:
+        flavor, (head, start) = reserved
+        decision.pending.later(
+            job.job_id,
+            PendingCode.Queued,
+            lambda: _behind_reservation(job, head, flavor, start, position, cycle.service),
+        )
+        return
+    decision.pending.later(
+        job.job_id,
+        _short_code(usage, cycle, job, usable),
+        lambda: _behind_words(_blocked_reason(snap, usage, job, usable, cycle), job, ahead, position, cycle.service),
+    )
 
 
 def _held_per_queue(holders: Iterable[Holder]) -> dict[tuple[str, str], Amounts]:
@@ -419,12 +559,18 @@ def _order(usage: Usage, flavors: list[str], job: Workload, fair_key: tuple[floa
     return (borrows, -job.priority, fair_key, job.submitted, job.job_id)
 
 
-def _queues(pending: Iterable[Workload]) -> dict[str, list[Workload]]:
+def _queues(pending: Iterable[Workload], service: Service) -> dict[str, list[Workload]]:
+    """Each queue's jobs in order: priority, then the least service received (`service`),
+    then submit time."""
     queues: dict[str, list[Workload]] = defaultdict(list)
     for job in pending:
         queues[job.cluster_queue].append(job)
+    leveled = bool(service.ordering.service_levels_gpu_hours)
     for jobs in queues.values():
-        jobs.sort(key=lambda j: (-j.priority, j.submitted, j.job_id))
+        if leveled:
+            jobs.sort(key=lambda j: (-j.priority, service.of_job(j), j.submitted, j.job_id))
+        else:
+            jobs.sort(key=lambda j: (-j.priority, j.submitted, j.job_id))
     return queues
 
 
@@ -447,22 +593,30 @@ def _flavors(own: tuple[list[str], list[str]], job: Workload) -> list[str]:
     return kind if job.flavors is None else [f for f in kind if f in job.flavors]
 
 
-def _choose_flavor(usage: Usage, job: Workload, flavors: list[str], claims: dict) -> str | None:
+def _choose_flavor(usage: Usage, job: Workload, flavors: list[str], cycle: Cycle) -> str | None:
     """The first flavor that fits, preferring one that needs no borrowing (Kueue's
     flavor fungibility); a flavor a blocked head of this tree claims allows no borrowing."""
     cq = job.cluster_queue
     within = [f for f in flavors if not usage.borrows(cq, f, job.demand)]
     for f in within + [f for f in flavors if f not in within]:
-        if usage.borrows(cq, f, job.demand) and _claimant(usage, claims, job, f):
+        if usage.borrows(cq, f, job.demand) and _claimant(usage, cycle, job, f):
             continue
         if usage.fits(cq, f, job.demand):
             return f
     return None
 
 
-def _claimant(usage: Usage, claims: dict, job: Workload, flavor: str) -> Workload | None:
-    head = claims.get((usage.root[job.cluster_queue], flavor))
-    return head if head is not None and head.job_id != job.job_id else None
+def _claimant(usage: Usage, cycle: Cycle, job: Workload, flavor: str) -> Workload | None:
+    """The blocked head of the job's tree that keeps it from borrowing on `flavor`, if any: a
+    job whose time limit ends before that head's estimated start delays nobody."""
+    key = usage.root[job.cluster_queue], flavor
+    head = cycle.claims.get(key)
+    if head is None or head.job_id == job.job_id:
+        return None
+    start = cycle.claim_start.get(key)
+    if job.time_limit_s is not None and start is not None and cycle.service.now + job.time_limit_s <= start:
+        return None
+    return head
 
 
 # -- sites --------------------------------------------------------------------------------
@@ -484,7 +638,7 @@ def _offers(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], cyc
             continue
         cq = job.cluster_queue
         fits = usage.fits(cq, f, job.demand) and not (
-            usage.borrows(cq, f, job.demand) and _claimant(usage, cycle.claims, job, f)
+            usage.borrows(cq, f, job.demand) and _claimant(usage, cycle, job, f)
         )
         out.append(
             offer(
@@ -580,13 +734,16 @@ def _promise(cycle: Cycle, job: Workload, victims: list[Holder]) -> None:
 def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle: Cycle) -> list[Holder]:
     cq = job.cluster_queue
     within_nominal = not usage.borrows(cq, flavor, job.demand)
+    level = cycle.service.of_job(job) if cycle.service else 0
     out = []
-    for h in snap.holders:
-        if h.flavor != flavor or h.preempting or h.job_id in cycle.taken:
+    for h in cycle.holders_on(snap, flavor):
+        if h.preempting or h.job_id in cycle.taken:
             continue
         if h.cluster_queue == cq:
             if h.priority < job.priority:
                 out.append(h)  # priority preemption within the queue
+            elif h.priority == job.priority and cycle.service and cycle.service.victim_for(h, level):
+                out.append(h)  # it received more service and just checkpointed: least service first
         elif (
             within_nominal
             and usage.has(h.cluster_queue, flavor)
@@ -634,9 +791,16 @@ def _fewest(
     return chosen
 
 
-def _victim_reason(usage: Usage, victim: Holder, job: Workload) -> str:
-    if victim.cluster_queue == job.cluster_queue:
+def _victim_reason(usage: Usage, victim: Holder, job: Workload, service: Service) -> str:
+    if victim.cluster_queue == job.cluster_queue and victim.priority < job.priority:
         return f"preempted for higher-priority job {job.job_id} in queue {job.cluster_queue}"
+    if victim.cluster_queue == job.cluster_queue:
+        return (
+            f"preempted for job {job.job_id} of queue {job.cluster_queue}, which has received less service "
+            f"({job.attained / 3600:.1f} vs {service.received(victim) / 3600:.1f} GPU-hours; least service goes "
+            "first within a desk); it checkpointed "
+            f"{(service.now - victim.last_checkpoint) / 60:.0f} min ago and resumes from there"
+        )
     resource = usage.borrowing(victim.cluster_queue, victim.flavor) or Resource.gpu
     i = RESOURCES.index(resource)
     lent = min(victim.demand[i], usage.borrowed(victim.cluster_queue, victim.flavor, i))
@@ -710,9 +874,9 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
             tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, "being preempted") for h in victims),
             resource=resource,
         )
-    held = [f for f in flavors if usage.fits(cq, f, job.demand) and _claimant(usage, cycle.claims, job, f)]
+    held = [f for f in flavors if usage.fits(cq, f, job.demand) and _claimant(usage, cycle, job, f)]
     if held:
-        head = _claimant(usage, cycle.claims, job, held[0])
+        head = _claimant(usage, cycle, job, held[0])
         return PendingReason(
             PendingCode.HeldForAhead,
             f"waiting: it would borrow {held[0]} GPUs that {head.job_id} "
@@ -845,3 +1009,76 @@ def _queued(head_reason: PendingReason, head: Workload, job: Workload, position:
         None,
         resource,
     )
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def _head_words(reason: PendingReason, job: Workload, service: Service, reserves: bool, behind: bool) -> PendingReason:
+    """The first waiting job of its queue: whether it holds a reservation yet."""
+    o = service.ordering
+    if reserves and o.backfill:
+        start = (
+            f", ~{_minutes(reason.estimated_start - service.now)}"
+            if reason.estimated_start is not None and reason.estimated_start > service.now
+            else ""
+        )
+        extra = (
+            f"; reserved (it waited {_minutes(service.waited(job))}): it starts when "
+            f"{amount_words(reason.resource, reason.needs)} are free{start}; jobs behind it start there "
+            "only if their --time ends before"
+        )
+    elif not reserves and behind:
+        extra = (
+            f"; smaller jobs behind it may start first until it has waited {o.reserve_after_minutes:g} min, "
+            "then it reserves"
+        )
+    else:
+        extra = ""
+    return dataclasses.replace(reason, message=reason.message + extra) if extra else reason
+
+
+def _behind_reservation(
+    job: Workload, head: Workload, flavor: str, start: float | None, position: int, service: Service
+) -> PendingReason:
+    when = f" (~{_minutes(start - service.now)})" if start is not None and start > service.now else ""
+    return PendingReason(
+        PendingCode.Queued,
+        f"position {position} in queue {job.cluster_queue}: {head.job_id} ({head.gpus} GPUs) waited "
+        f"{_minutes(service.waited(head))} and has reserved {flavor}; jobs behind it start there only if their "
+        f"--time ends before it starts{when}",
+        position,
+        flavor,
+        job.gpus,
+        0,
+        (Ahead(head.job_id, head.cluster_queue, head.gpus, "reserved ahead"),),
+        None,
+    )
+
+
+def _behind_words(
+    reason: PendingReason, job: Workload, ahead: list[Workload], position: int, service: Service
+) -> PendingReason:
+    """A waiting job that is not its queue's first: who goes before it, and why it cannot start."""
+    level = service.of_job(job)
+    less = sum(1 for a in ahead if a.priority == job.priority and service.of_job(a) < level)
+    higher = sum(1 for a in ahead if a.priority > job.priority)
+    why = [f"{less} with less service received"] if less else []
+    why += [f"{higher} of higher priority"] if higher else []
+    earlier = len(ahead) - less - higher
+    why += [f"{earlier} submitted earlier"] if earlier else []
+    return dataclasses.replace(
+        reason,
+        message=f"position {position} in queue {job.cluster_queue}: {len(ahead)} waiting jobs go before it "
+        f"({', '.join(why)}); it starts when it fits: {reason.message}",
+        position=position,
+    )
+
+
+def _short_code(usage: Usage, cycle: Cycle, job: Workload, flavors: list[str]) -> PendingCode:
+    """The code of a waiting job's reason without building it."""
+    if job.job_id in cycle.promised:
+        return PendingCode.Preempting
+    short = usage.short(job.cluster_queue, flavors[0], job.demand) if flavors else None
+    return short[2] if short else PendingCode.HeldForAhead

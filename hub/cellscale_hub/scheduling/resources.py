@@ -28,6 +28,10 @@ class Amounts(NamedTuple):
     def minus(self, other: Amounts) -> Amounts:
         return Amounts(self.gpu - other.gpu, self.cpu - other.cpu, self.memory - other.memory)
 
+    def covers(self, other: Amounts) -> bool:
+        """At least `other` of every resource."""
+        return self.gpu >= other.gpu and self.cpu >= other.cpu and self.memory >= other.memory
+
     def weight(self, weights) -> float:
         """GPU-equivalents under `weights` (tenancy.ResourceWeights)."""
         return self.gpu * weights.gpu + self.cpu * weights.cpu + self.memory / 1024 * weights.memory_gib
