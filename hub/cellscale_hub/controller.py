@@ -562,6 +562,7 @@ class Controller:
         elif attempt.held_from is not None:
             attempt.held_until = attempt.ended_at
         self._metered_at.pop(attempt.backend, None)  # its last row now, not at the next interval
+        self._note_service(job, attempt)
         if attempt.started_at:
             held_s = (attempt.ended_at - attempt.started_at).total_seconds()
             totals.note_ended(session, job.cluster_queue, job.gpus * held_s)
@@ -620,6 +621,14 @@ class Controller:
         q.transition(
             session, job, outcome.phase, EventReason.of_job_end(obs.state), attempt=attempt.number, message=message
         )
+
+    def _note_service(self, job: Job, attempt: Attempt) -> None:
+        """Add the attempt that just ended to the service its job received (`jobs.attained_gpu_s`,
+        what least-attained-service ordering reads): its held seconds × the job's GPU-equivalent
+        weight under the tenancy's resource weights now (`q.attempt_service_s`); none if it
+        never started. Every ending counts, preempted, failed or cancelled alike."""
+        weights = self.tenancy.current.resource_weights
+        job.attained_gpu_s = (job.attained_gpu_s or 0.0) + q.attempt_service_s(job, attempt, weights)
 
     @staticmethod
     def _note_resume(session, job: Job, attempt: Attempt, obs: Observation) -> None:

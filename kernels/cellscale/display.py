@@ -71,6 +71,11 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
         lines.append(f"  cost: {job.cost.words}")
     if job.estimate:
         lines.append(f"  estimated at submit: {job.estimate.words}")
+    if job.service_gpu_hours > 0:
+        lines.append(
+            f"  service received: {_hours(job.service_gpu_hours)} GPU-hours "
+            "(ordering: least service first within the desk)"
+        )
     if job.excluded_nodes:
         lines.append(f"  avoiding nodes: {', '.join(job.excluded_nodes)}")
     for c in list(checkpoints)[:5]:
@@ -106,6 +111,11 @@ def _needs(p: PendingView) -> str:
         return f"needs {memory_words(p.needs)} of memory, {memory_words(p.available)} free to it"
     noun = "CPU" if p.resource is Resource.cpu else "GPU"
     return f"needs {_plural(p.needs, noun)}, {p.available} free to it"
+
+
+def _hours(hours: float) -> str:
+    """ "3.2", "0.5", "0.012": tenths from an hour up, two significant digits below."""
+    return f"{hours:.1f}" if hours >= 1 else f"{hours:.2g}"
 
 
 def _plural(n: int, noun: str) -> str:

@@ -464,6 +464,12 @@ class JobView(BaseModel):
     attempts: list[AttemptView]
     estimate: CostEstimate | None = Field(None, description="What it was expected to cost when submitted.")
     cost: JobCost | None = Field(None, description="What it held, used and cost so far (None: never held GPUs).")
+    service_gpu_hours: float = Field(
+        0.0,
+        description="Service received so far, in GPU-equivalent hours (held hours × its GPUs, CPUs and memory under "
+        "the tenancy's resource weights), every attempt's, the running one up to now: within its desk, jobs that "
+        "received less go first.",
+    )
 
 
 class JobPage(BaseModel):

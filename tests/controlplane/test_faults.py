@@ -9,11 +9,15 @@ import os
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import cloudpickle
+import pytest
 
 from cellscale.spec import Phase
+from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.store.models import Job
 
 TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED}
 STEPS = 40
@@ -103,6 +107,17 @@ def test_a_killed_rank_is_retried_and_resumes_to_the_same_result(plane, tmp_path
     assert resumed % 5 == 0 and 10 <= resumed < STEPS  # the newest committed checkpoint when the rank died
     log = plane.http.get(f"/api/jobs/{job['id']}/logs", headers=plane.as_("alice")).json()["text"]
     assert f"attempt 2 starts after step {resumed}" in log
+    # the service both attempts received: their held seconds × the job's GPU-equivalent weight
+    with plane.store.session() as session:
+        stored = session.get(Job, job["id"])
+        weight = Amounts(stored.gpus, stored.cpus, stored.memory_mb).weight(plane.tenancy.current.resource_weights)
+    held_s = sum((held(a["held_until"]) - held(a["held_from"])).total_seconds() for a in done["attempts"])
+    assert held_s > 0 and weight > 0
+    assert done["service_gpu_hours"] == pytest.approx(held_s * weight / 3600)
+
+
+def held(at: str) -> datetime:
+    return datetime.fromisoformat(at)
 
 
 def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(plane, tmp_path):

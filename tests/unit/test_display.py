@@ -153,3 +153,10 @@ def test_a_job_with_a_choice_of_sites_waits_on_all_of_them():
     line = status_line(job(pending=pending, reason=pending.message))
     assert "on burst, dca or dcb (placement decides)" in line
     assert "on slurm" in status_line(job(phase=Phase.RUNNING))
+
+
+def test_service_received_shows_once_there_is_some():
+    assert "service received" not in describe(job())
+    text = describe(job(phase=Phase.RUNNING, service_gpu_hours=3.21))
+    assert "  service received: 3.2 GPU-hours (ordering: least service first within the desk)" in text
+    assert "service received: 0.012 GPU-hours" in describe(job(service_gpu_hours=0.0123))

@@ -199,7 +199,7 @@ def _job_routes(router: APIRouter) -> None:
                 job, created = q.insert_job(session, job)
             except IdempotencyConflict as exc:
                 raise HTTPException(409, str(exc)) from exc
-            view = q.job_view(job, ctx.waiting.view(job.id))
+            view = q.job_view(job, ctx.waiting.view(job.id), ctx.tenancy.current.resource_weights)
         ctx.wake()
         return JSONResponse(view.model_dump(mode="json"), status_code=201 if created else 200)
 
@@ -243,14 +243,16 @@ def _job_routes(router: APIRouter) -> None:
                 )
             except ValueError as exc:
                 raise HTTPException(400, str(exc)) from exc
-            page = JobPage(items=[q.job_view(job, ctx.waiting.view(job.id)) for job in rows], next_cursor=next_cursor)
+            weights = ctx.tenancy.current.resource_weights
+            items = [q.job_view(job, ctx.waiting.view(job.id), weights) for job in rows]
+            page = JobPage(items=items, next_cursor=next_cursor)
         return _json(page)
 
     @router.get("/jobs/{job_id}", response_model=JobView, responses=refusals(401, 403, 404, 422))
     def get_job(job_id: str, who: Reader, ctx: Ctx) -> Response:
         with ctx.store.session() as session:
             job = visible_job(session, job_id, who)
-            return _json(q.job_view(job, ctx.waiting.view(job.id)))
+            return _json(q.job_view(job, ctx.waiting.view(job.id), ctx.tenancy.current.resource_weights))
 
     @router.post("/jobs/{job_id}/cancel", response_model=JobView, responses=refusals(401, 403, 404, 422))
     def cancel(job_id: str, who: Submitter, ctx: Ctx) -> JobView:
@@ -268,7 +270,7 @@ def _job_routes(router: APIRouter) -> None:
                         actor=who.user,
                         message="cancelled before it was admitted",
                     )
-            view = q.job_view(job, ctx.waiting.view(job.id))
+            view = q.job_view(job, ctx.waiting.view(job.id), ctx.tenancy.current.resource_weights)
         ctx.wake()
         return view
 

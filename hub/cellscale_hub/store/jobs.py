@@ -16,9 +16,11 @@ from sqlalchemy.orm import Session, selectinload
 from cellscale.spec import AttemptView, CostEstimate, EventView, JobCost, JobSpec, JobView, PendingView
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, ACTIVE_PHASES, TERMINAL_PHASES, EventKind, EventReason, Phase
 from cellscale_hub.lifecycle import check_transition
+from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.store import totals
 from cellscale_hub.store.db import ENDED
 from cellscale_hub.store.models import Attempt, Event, Job, utcnow
+from cellscale_hub.tenancy import ResourceWeights
 
 MAX_ID = 2**31 - 1
 """The largest integer id (an Integer column: 32 bits on PostgreSQL)."""
@@ -219,10 +221,30 @@ def events_of(session: Session, job_id: str, after: int = 0) -> list[Event]:
     return list(session.scalars(query))
 
 
-def job_view(job: Job, waiting: PendingView | None = None) -> JobView:
+def attempt_service_s(job: Job, attempt: Attempt, weights: ResourceWeights, now: datetime | None = None) -> float:
+    """The service one attempt received, in GPU-equivalent seconds (what least-attained-service
+    ordering counts, `jobs.attained_gpu_s` sums over ended attempts): the seconds it held its
+    allocation, the backend's own held_from→held_until when known, else started_at→ended_at,
+    times the job's weight under `weights` (as fair share's history weighs it). An attempt that
+    never started received none; one still running counts up to `now` (None: none of it)."""
+    start = attempt.held_from or attempt.started_at
+    end = attempt.held_until if attempt.held_from is not None and attempt.held_until else attempt.ended_at
+    end = end or now
+    if start is None or end is None:
+        return 0.0
+    held_s = max(0.0, (end - start).total_seconds())
+    return held_s * Amounts(job.gpus, job.cpus or 0, job.memory_mb or 0).weight(weights)
+
+
+def job_view(job: Job, waiting: PendingView | None = None, weights: ResourceWeights | None = None) -> JobView:
     """The job as the API shows it; `waiting`: why it waits, when it is pending (the
-    newest admission cycle's reason, from the WaitingBoard)."""
+    newest admission cycle's reason, from the WaitingBoard); `weights`: the tenancy's resource
+    weights (its running attempt's service so far; None: the default weights)."""
     waiting = waiting if job.phase is Phase.PENDING else None
+    running = next((a for a in reversed(job.attempts) if a.ended_at is None), None)
+    service_s = (job.attained_gpu_s or 0.0) + (
+        attempt_service_s(job, running, weights or ResourceWeights(), utcnow()) if running else 0.0
+    )
     return JobView(
         id=job.id,
         name=job.name,
@@ -249,6 +271,7 @@ def job_view(job: Job, waiting: PendingView | None = None) -> JobView:
         attempts=[attempt_view(a) for a in job.attempts],
         estimate=CostEstimate.model_validate(job.estimate) if job.estimate else None,
         cost=job_cost(job),
+        service_gpu_hours=service_s / 3600,
     )
 
 

@@ -97,6 +97,9 @@ class Job(Base):
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     cpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     memory_mb: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # as asked with --mem (0: not)
+    # the service its ended attempts received, GPU-equivalent seconds (held seconds × its weight
+    # under the tenancy's resource_weights): least-attained-service ordering within a desk reads it
+    attained_gpu_s: Mapped[float] = mapped_column(Double, default=0.0, server_default="0")
     phase: Mapped[Phase] = mapped_column(Vocabulary(Phase, 16), index=True)
     reason: Mapped[str | None] = mapped_column(Text)
     preempt_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)  # warned: cancel at this time

@@ -22,6 +22,7 @@ from cellscale_hub.store.models import Attempt, Job, LedgerHour, LedgerRow, Queu
 from cellscale_hub.tenancy import ResourceWeights, Tenancy
 
 HISTORY_HALF_LIVES = 8  # older use weighs under 0.4%: not worth reading
+DEFAULT_TIMEOUT_MIN = 60  # a stored spec without resources.timeout_min (Resources' default)
 
 
 def snapshot(
@@ -153,8 +154,10 @@ class PendingWorkloads:
     """The waiting jobs as admission sees them, kept between cycles. A cycle reads only the
     ids of the waiting jobs (from the phase index) and loads the columns of those it has
     not seen, so a queue of 100k costs one narrow read, not 100k rows of Python. A job's
-    workload does not change while it waits; one that is admitted is forgotten (it may
-    come back on another backend), and a new tenancy revision reloads them all (flavors)."""
+    workload does not change while it waits (its attained service and queued_at change only
+    when an attempt ends, i.e. after it was admitted); one that is admitted is forgotten (it
+    may come back on another backend, with more service), and a new tenancy revision reloads
+    them all (flavors)."""
 
     BATCH = 500  # ids per IN list
 
@@ -183,19 +186,34 @@ class PendingWorkloads:
 def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workload]:
     """A job may use its queue's flavors on the backend its spec was shaped for, or, with a
     choice of sites (`jobs.placement`), on each of those backends; it reads its datasets and
-    its newest checkpoint where they are."""
-    query = select(
-        Job.id,
-        Job.cluster_queue,
-        Job.gpus,
-        Job.priority,
-        Job.created_at,
-        Job.backend,
-        Job.tenant,
-        Job.cpus,
-        Job.memory_mb,
-        Job.placement,
-    ).where(Job.id.in_(ids))
+    its newest checkpoint where they are. Its attained service (ended attempts) and when it
+    last joined the queue (its newest attempt's end; none: when submitted) do not change while
+    it waits, so PendingWorkloads may keep them."""
+    requeued = (
+        select(Attempt.job_id, func.max(Attempt.ended_at).label("ended_at"))
+        .where(Attempt.job_id.in_(ids))
+        .group_by(Attempt.job_id)
+        .subquery()
+    )
+    query = (
+        select(
+            Job.id,
+            Job.cluster_queue,
+            Job.gpus,
+            Job.priority,
+            Job.created_at,
+            Job.backend,
+            Job.tenant,
+            Job.cpus,
+            Job.memory_mb,
+            Job.placement,
+            Job.attained_gpu_s,
+            Job.spec[("resources", "timeout_min")].as_float().label("timeout_min"),
+            requeued.c.ended_at.label("queued_at"),
+        )
+        .outerjoin(requeued, requeued.c.job_id == Job.id)
+        .where(Job.id.in_(ids))
+    )
     flavors: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
     checkpoints = _newest_checkpoints(session, tenancy, ids)
     out = []
@@ -225,6 +243,9 @@ def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workl
                 row.memory_mb,
                 data,
                 float(placement.get("runtime_s", 3600.0)),
+                attained=row.attained_gpu_s,
+                queued_at=row.queued_at.timestamp() if row.queued_at else None,
+                time_limit_s=(row.timeout_min or DEFAULT_TIMEOUT_MIN) * 60,
             )
         )
     return out
@@ -253,9 +274,10 @@ def holders(session: Session) -> list[Holder]:
 
 
 def holder_of(job: Job) -> Holder:
+    """A job that holds quota; its attained service is its ended attempts' (not the current one's)."""
     attempt = job.attempts[-1] if job.attempts else None
     started = attempt.started_at if attempt and attempt.started_at else None
-    timeout_s = job.spec.get("resources", {}).get("timeout_min", 60) * 60
+    timeout_s = job.spec.get("resources", {}).get("timeout_min", DEFAULT_TIMEOUT_MIN) * 60
     return Holder(
         job.id,
         job.cluster_queue,
@@ -269,6 +291,8 @@ def holder_of(job: Job) -> Holder:
         job.tenant,
         job.cpus,
         job.memory_mb,
+        attained=job.attained_gpu_s or 0.0,
+        preemptions=sum(a.fault is Fault.PREEMPTION for a in job.attempts),
     )
 
 

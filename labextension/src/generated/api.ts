@@ -1300,6 +1300,12 @@ export interface components {
             estimate?: components["schemas"]["CostEstimate"] | null;
             /** @description What it held, used and cost so far (None: never held GPUs). */
             cost?: components["schemas"]["JobCost"] | null;
+            /**
+             * Service Gpu Hours
+             * @description Service received so far, in GPU-equivalent hours (held hours × its GPUs, CPUs and memory under the tenancy's resource weights), every attempt's, the running one up to now: within its desk, jobs that received less go first.
+             * @default 0
+             */
+            service_gpu_hours: number;
         };
         /**
          * Launcher
