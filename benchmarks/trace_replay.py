@@ -86,7 +86,8 @@ from _common import REPO, percentile, print_table, ratio, scheduling_digest, wri
 
 from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
-from cellscale_hub.tenancy import Tenancy
+from cellscale_hub.scheduling.service import Service
+from cellscale_hub.tenancy import Ordering, Tenancy
 
 TRACE = REPO.parent / "shared" / "traces" / "philly-pollux.csv"
 FLAVOR = "gpu"
@@ -159,7 +160,7 @@ def nominal_quotas(jobs: list[TraceJob], fleet: int) -> dict[str, int]:
     return largest_remainder(fleet, dict(sorted(gpu_time.items())), floor=1)
 
 
-def cellscale_tenancy(nominal: dict[str, int]) -> Tenancy:
+def cellscale_tenancy(nominal: dict[str, int], ordering: Ordering | None = None) -> Tenancy:
     return Tenancy.model_validate(
         {
             "flavors": {FLAVOR: {"backend": "sim"}},
@@ -168,8 +169,13 @@ def cellscale_tenancy(nominal: dict[str, int]) -> Tenancy:
                 t: {"cohort": "philly", "weight": n, "quotas": {FLAVOR: {"nominal": n}}} for t, n in nominal.items()
             },
             "tenants": {t: {"queues": {"default": {"cluster_queue": t}}} for t in nominal},
+            "ordering": (ordering or Ordering()).model_dump(),
         }
     )
+
+
+TIRESIAS_LEVELS_H = (0.5, 5.0, 50.0)  # the reference's attained-service thresholds (GPU-hours)
+GREEDY = Ordering(service_levels_gpu_hours=[], backfill=True, reserve_after_minutes=1e12, preempt_for_service=False)
 
 
 @dataclass
@@ -177,12 +183,32 @@ class Policy:
     name: str
     tenancy: Tenancy
     queue_of: dict[str, str]  # tenant -> ClusterQueue
+    kind: str = "schedule"  # "schedule": production's schedule(); "tiresias": the reference, re-implemented
+    charge_lost: bool = True  # a preempted job loses the work since its last checkpoint
+
+    @property
+    def strict(self) -> bool:
+        """Submit order with a blocking head: only each queue's first jobs can matter."""
+        return self.kind == "schedule" and not self.tenancy.ordering.backfill
 
 
 def policies(nominal: dict[str, int], fleet: int) -> dict[str, Policy]:
+    """cellscale (fair share between VCs, least attained service inside each), its submit-order
+    predecessor, and three fleet-wide baselines without fair share: strict FIFO, greedy backfill
+    (submit order, whatever fits starts) and the Tiresias reference (as stated in the issue: a
+    preemption costs only the restart; and charged like ours: plus the work since the last
+    checkpoint)."""
+    fleet_wide = {t: "fleet" for t in nominal}
+    single = Tenancy.single("fleet", {FLAVOR: fleet})
     return {
         "cellscale": Policy("cellscale", cellscale_tenancy(nominal), {t: t for t in nominal}),
-        "fifo": Policy("fifo", Tenancy.single("fleet", {FLAVOR: fleet}), {t: "fleet" for t in nominal}),
+        "cellscale-submit-order": Policy(
+            "cellscale-submit-order", cellscale_tenancy(nominal, Ordering.submit_order()), {t: t for t in nominal}
+        ),
+        "fifo": Policy("fifo", single.model_copy(update={"ordering": Ordering.submit_order()}), fleet_wide),
+        "greedy": Policy("greedy", single.model_copy(update={"ordering": GREEDY}), fleet_wide),
+        "tiresias": Policy("tiresias", single, fleet_wide, kind="tiresias", charge_lost=False),
+        "tiresias-charged": Policy("tiresias-charged", single, fleet_wide, kind="tiresias"),
     }
 
 
@@ -207,7 +233,7 @@ def max_min_share(demand: tuple[int, ...], weights: tuple[float, ...], capacity:
 
 
 # -- the simulation -------------------------------------------------------------------------
-DONE, EXIT = 0, 1
+DONE, EXIT, CHECK, CROSS = 0, 1, 2, 3  # CHECK: a holder checkpoints; CROSS: it passes a Tiresias threshold
 
 
 @dataclass
@@ -222,6 +248,7 @@ class Sim:
     grace: float = 30.0
     window: float = 6 * HOUR
     settle: bool = False  # run another pass after every pass that admitted something (slower)
+    restart: float = 60.0  # what a preemption costs beyond lost work: stop, checkpoint load, restart (s)
     # per-job state (lists indexed by job number)
     remaining: list[float] = field(init=False)
     first_start: list[float | None] = field(init=False)
@@ -235,6 +262,8 @@ class Sim:
         self.first_start, self.started, self.finish = [None] * n, [None] * n, [None] * n
         self.gen = [0] * n
         self.preempted_times = [0] * n
+        self.attained = [0.0] * n  # GPU-seconds received before the current attempt
+        self.service = Service(self.policy.tenancy.ordering, self.policy.tenancy.resource_weights, 0.0)
         self.tenant_ix = {t: i for i, t in enumerate(self.tenants)}
         self.job_tenant = [self.tenant_ix[j.tenant] for j in self.jobs]
         self.workloads = [
@@ -257,7 +286,8 @@ class Sim:
         self.used_gpu_s = 0.0
         self.waiting_s = 0.0
         self.used_while_waiting = 0.0
-        self.lost_gpu_s = 0.0
+        self.lost_gpu_s = 0.0  # work since the last checkpoint, lost at preemption
+        self.restart_gpu_s = 0.0  # GPUs held while restarting after a preemption
         self.preemptions = 0
         self.preempted_young = 0  # victims that had run less than 5 minutes
         self.admit_and_reclaim = 0  # cycles that admitted a borrower and reclaimed lent GPUs
@@ -328,14 +358,34 @@ class Sim:
         if self.first_start[i] is None:
             self.first_start[i] = t
         heapq.heappush(self.events, (t + self.remaining[i], DONE, i, self.gen[i]))
+        if self.policy.kind == "tiresias":
+            for threshold in TIRESIAS_LEVELS_H:
+                due = (threshold * HOUR - self.attained[i]) / g
+                if 0 < due < self.remaining[i]:
+                    heapq.heappush(self.events, (t + due, CROSS, i, self.gen[i]))
+        elif self.policy.tenancy.ordering.preempt_for_service and self.checkpoint < self.remaining[i]:
+            heapq.heappush(self.events, (t + self.checkpoint, CHECK, i, self.gen[i]))
 
     def hold(self, i: int, flavor: str, t: float) -> None:
         w = self.workloads[i]
-        self.holders[i] = Holder(w.job_id, w.cluster_queue, flavor, w.gpus, 0, t, None, None, False, w.tenant)
+        self.holders[i] = Holder(
+            w.job_id,
+            w.cluster_queue,
+            flavor,
+            w.gpus,
+            0,
+            t,
+            None,
+            None,
+            False,
+            w.tenant,
+            attained=self.attained[i],
+            preemptions=self.preempted_times[i],
+        )
         heapq.heappush(self.marks, (t + self.checkpoint, i, self.gen[i]))
 
     def _release(self, i: int) -> None:
-        del self.holders[i]
+        self.holders.pop(i, None)
         g = self.jobs[i].gpus
         self.held_t[self.job_tenant[i]] -= g
         self.held_cq[self.workloads[i].cluster_queue] -= g
@@ -357,14 +407,30 @@ class Sim:
         heapq.heappush(self.events, (t + self.grace, EXIT, i, self.gen[i]))
 
     def leave(self, i: int, t: float) -> None:
-        """A preempted job exits: it keeps the work up to its last checkpoint and queues again."""
+        """A preempted job exits: it keeps the work up to its last checkpoint (all of it for the
+        reference as stated), pays `restart` seconds on its GPUs when it runs again, and queues
+        again with the service it received."""
+        g = self.jobs[i].gpus
         ran = t - self.started[i]
-        kept = math.floor(ran / self.checkpoint) * self.checkpoint
-        self.lost_gpu_s += (ran - kept) * self.jobs[i].gpus
-        self.remaining[i] -= kept
+        kept = math.floor(ran / self.checkpoint) * self.checkpoint if self.policy.charge_lost else ran
+        self.lost_gpu_s += (ran - kept) * g
+        self.restart_gpu_s += self.restart * g
+        self.remaining[i] += self.restart - kept
+        self.attained[i] += ran * g
         self._release(i)
+        self.workloads[i] = replace(self.workloads[i], attained=self.attained[i], queued_at=t)
         bisect.insort(self.pending[self.workloads[i].cluster_queue], i)
-        self.pending_t[self.job_tenant[i]] += self.jobs[i].gpus
+        self.pending_t[self.job_tenant[i]] += g
+
+    def service_due(self, i: int, t: float) -> bool:
+        """Job i just checkpointed: True if a waiting job of its queue has less service (it may
+        be preempted for that job now), so a cycle is worth running."""
+        heapq.heappush(self.events, (t + self.checkpoint, CHECK, i, self.gen[i]))
+        service = replace(self.service, now=t)
+        level = service.level(self.attained[i] + self.jobs[i].gpus * (t - self.started[i]))
+        if level == 0 or self.preempted_times[i] >= service.ordering.max_preemptions:
+            return False
+        return any(service.of_job(self.workloads[k]) < level for k in self.pending[self.workloads[i].cluster_queue])
 
     # -- one scheduling pass ---------------------------------------------------------------------
     def holder_tuple(self, t: float) -> tuple[Holder, ...]:
@@ -382,14 +448,17 @@ class Sim:
 
     def cycle(self, t: float) -> None:
         self.cycles += 1
+        if self.policy.kind == "tiresias":
+            self.tiresias_cycle(t)
+            return
         history = {q: average_gpus(d, self.half_life) for q, d in self.decayed.items()} if self.half_life > 0 else {}
         for run in range(MAX_RERUNS):
-            k = FIRST_K
+            k = FIRST_K if self.policy.strict else math.inf
             while True:
                 pending, cut = [], []
                 for q, lst in self.pending.items():
                     if lst:
-                        pending.extend(self.workloads[i] for i in lst[:k])
+                        pending.extend(self.workloads[i] for i in (lst[:k] if k < len(lst) else lst))
                         if len(lst) > k:
                             cut.append(q)
                 holders = self.holder_tuple(t)
@@ -423,6 +492,37 @@ class Sim:
                 self.reruns_admitting += 1
         raise RuntimeError(f"no settled cycle after {MAX_RERUNS} passes at t={t}")
 
+    def tiresias_cycle(self, t: float) -> None:
+        """The reference: every job, running or waiting, in (level, submit) order; whatever fits
+        in the fleet runs (greedy fill), the running jobs left out are preempted at once."""
+        t0 = time.perf_counter()
+        thresholds = [h * HOUR for h in TIRESIAS_LEVELS_H]
+
+        def level(i: int) -> int:
+            got = self.attained[i]
+            if self.started[i] is not None:
+                got += self.jobs[i].gpus * (t - self.started[i])
+            return bisect.bisect_right(thresholds, got)
+
+        jobs = [i for lst in self.pending.values() for i in lst] + list(self.holders)
+        jobs.sort(key=lambda i: (level(i), self.jobs[i].submit, i))
+        free, keep = self.fleet, set()
+        for i in jobs:
+            if self.jobs[i].gpus <= free:
+                keep.add(i)
+                free -= self.jobs[i].gpus
+        for i in [i for i in self.holders if i not in keep]:
+            self.preemptions += 1
+            self.preempted_times[i] += 1
+            self.preempted_young += t - self.started[i] < 300
+            self.leave(i, t)
+        for i in sorted(keep):
+            if i not in self.holders:
+                self.start(i, t)
+                self.holders[i] = None  # a placeholder: the reference needs no Holder
+        self.schedule_s += time.perf_counter() - t0
+        self.schedule_calls += 1
+
     def run(self) -> None:
         jobs, n, events = self.jobs, len(self.jobs), self.events
         ai = 0
@@ -438,9 +538,14 @@ class Sim:
                     continue  # stale: the job already finished or left
                 if kind == DONE:
                     self.complete(i, t)
-                else:
+                    changed = True
+                elif kind == EXIT:
                     self.leave(i, t)
-                changed = True
+                    changed = True
+                elif kind == CHECK:
+                    changed |= self.service_due(i, t)
+                else:
+                    changed = True  # CROSS: a running job sank a level
             while ai < n and jobs[ai].submit <= t:
                 changed |= self.arrive(ai)
                 ai += 1
@@ -455,6 +560,7 @@ class Sim:
         assert all(f is not None for f in self.finish), "every job finishes"
         jct = [(self.finish[i] - self.jobs[i].submit) / HOUR for i in range(n)]
         wait = [(self.first_start[i] - self.jobs[i].submit) / HOUR for i in range(n)]
+        short = [wait[i] for i, j in enumerate(self.jobs) if j.gpus * j.duration < HOUR]
         span = self.last_finish - self.first_event
         work = sum(j.gpus * j.duration for j in self.jobs)
         gaps, jains, contended_rec, contended_ent = [], [], Counter(), Counter()
@@ -492,6 +598,9 @@ class Sim:
             "wait_p95_h": percentile(wait, 95),
             "wait_p99_h": percentile(wait, 99),
             "waited_over_1h_fraction": sum(w > 1 for w in wait) / n,
+            "short_jobs": len(short),
+            "short_wait_p95_h": percentile(short, 95) if short else float("nan"),
+            "short_wait_mean_h": sum(short) / len(short) if short else float("nan"),
             "busy_span_days": span / DAY,
             "utilization": self.used_gpu_s / (self.fleet * span),
             "useful_utilization": work / (self.fleet * span),
@@ -504,7 +613,9 @@ class Sim:
             "preempted_after_under_5min": self.preempted_young,
             "cycles_admitting_a_borrower_and_reclaiming": self.admit_and_reclaim,
             "lost_gpu_hours": self.lost_gpu_s / HOUR,
+            "restart_gpu_hours": self.restart_gpu_s / HOUR,
             "lost_fraction_of_work": self.lost_gpu_s / work,
+            "preemption_cost_fraction": (self.lost_gpu_s + self.restart_gpu_s) / work,
             "fair_windows_contended": len(gaps),
             "fair_gap_mean": sum(gaps) / len(gaps) if gaps else float("nan"),
             "fair_gap_p95": percentile(gaps, 95),

@@ -243,7 +243,7 @@ class Ordering(Strict):
     )
     backfill: bool = Field(
         True,
-        description="Jobs behind a waiting job may start when they fit, until that job reserves (reserve_after_minutes).",
+        description="Jobs behind a waiting job may start when they fit, until it reserves (reserve_after_minutes).",
     )
     reserve_after_minutes: float = Field(
         30.0,
