@@ -201,7 +201,12 @@ def scheduling_digest() -> dict[str, str]:
     here = REPO / "hub" / "cellscale_hub"
     return {
         p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:12]
-        for p in (here / "scheduling" / "admission.py", here / "scheduling" / "fairshare.py", here / "tenancy.py")
+        for p in (
+            here / "scheduling" / "admission.py",
+            here / "scheduling" / "service.py",
+            here / "scheduling" / "fairshare.py",
+            here / "tenancy.py",
+        )
     }
 
 

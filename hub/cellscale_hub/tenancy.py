@@ -238,7 +238,7 @@ class Ordering(Strict):
     `promote_after_hours` goes back to level 0 (it cannot starve behind new work)."""
 
     service_levels_gpu_hours: list[float] = Field(
-        default_factory=lambda: [0.5, 5.0, 50.0],
+        default_factory=lambda: [5.0, 50.0],
         description="Attained-service thresholds, increasing; empty: submit order only.",
     )
     backfill: bool = Field(
@@ -257,6 +257,12 @@ class Ordering(Strict):
     preempt_for_service: bool = Field(
         True,
         description="A waiting job may preempt its own queue's jobs of a higher level (more service received).",
+    )
+    preempt_levels_apart: int = Field(
+        1,
+        ge=1,
+        description="A job preempts only jobs at least this many levels above its own: a long training for a short "
+        "cell, not one short job for another.",
     )
     fresh_checkpoint_minutes: float = Field(
         10.0,

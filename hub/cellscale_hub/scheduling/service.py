@@ -72,7 +72,7 @@ class Service:
             return False  # no checkpoint in this attempt: it would lose all of it
         if self.now - holder.last_checkpoint > o.fresh_checkpoint_minutes * 60:
             return False
-        return self.of_holder(holder) > level
+        return self.of_holder(holder) >= level + o.preempt_levels_apart
 
     def words(self, level: int) -> str:
         """The level in words: what service puts a job there."""
