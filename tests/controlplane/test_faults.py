@@ -18,6 +18,8 @@ import pytest
 from cellscale.spec import Phase
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.store.models import Job
+from cellscale_hub.tenancy import Ordering
+from tests.controlplane.conftest import TENANCY, Plane
 
 TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED}
 STEPS = 40
@@ -207,3 +209,23 @@ def test_a_stalled_step_counts_as_hung_when_asked(plane):
     assert done["phase"] == "SUCCEEDED" and result(plane, job["id"]) == {"ok": 2}
     first = done["attempts"][0]
     assert first["fault"] == "infrastructure" and "did not advance" in first["end_reason"]
+
+
+def test_a_short_cell_preempts_its_desks_long_training_for_service(tmp_path, store):
+    """Least service first inside a desk: levels at 0.001 GPU-hours (3.6 GPU-seconds), so the
+    4-GPU training is a level above a fresh cell within a second; the cell preempts it (it
+    just checkpointed), runs, and the training resumes to the same result."""
+    ordering = Ordering(service_levels_gpu_hours=[0.001])
+    plane = Plane(tmp_path, store, tenancy=TENANCY.model_copy(update={"ordering": ordering}))
+    plane.controller.preemption_grace_s = 30
+    job, _ = submit_training(plane, tmp_path, resources={"gpus_per_node": 4})
+    wait_for_step(plane, job["id"], 8)
+    cell = plane.submit(user="carol", source="print('a short cell')", resources={"gpus_per_node": 1}).json()
+    assert plane.run_until(cell["id"], TERMINAL, timeout=90)["phase"] == "SUCCEEDED"
+    done = plane.run_until(job["id"], TERMINAL, timeout=180)
+    assert done["phase"] == "SUCCEEDED" and result(plane, job["id"]) == {"total": EXPECTED}
+    first = done["attempts"][0]
+    assert first["fault"] == "preemption"
+    assert first["end_reason"].startswith(f"preempted: preempted for job {cell['id']} of queue desk-a")
+    assert "which has received less service" in first["end_reason"]
+    assert done["service_gpu_hours"] > 0.001
