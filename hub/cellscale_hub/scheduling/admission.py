@@ -427,7 +427,9 @@ def schedule(snap: Snapshot) -> Decision:
         node_use = tree.node_usage(queue_use)
         cq = min(
             lines,
-            key=lambda c: _order(usage, _flavors(flavors_of[c], lines[c].job), lines[c].job, tree.key(c, node_use)),
+            key=lambda c: _order(
+                usage, _flavors(flavors_of[c], lines[c].job), lines[c].job, tree.key(c, node_use), service
+            ),
         )
         line = lines[cq]
         job = line.job
@@ -552,11 +554,14 @@ def _held_per_queue(holders: Iterable[Holder]) -> dict[tuple[str, str], Amounts]
     return {key: Amounts(*acc) for key, acc in sums.items()}
 
 
-def _order(usage: Usage, flavors: list[str], job: Workload, fair_key: tuple[float, ...]):
+def _order(usage: Usage, flavors: list[str], job: Workload, fair_key: tuple[float, ...], service: Service):
     """Jobs within their queue's nominal quota before jobs that would borrow (as in Kueue: a
-    loan is never made in the cycle that needs it back), then priority, fair share, age."""
+    loan is never made in the cycle that needs it back), then priority, then (among jobs that
+    would borrow) the least service received: idle GPUs go to short work first, whichever
+    desk it belongs to; then fair share, age."""
     borrows = all(usage.borrows(job.cluster_queue, f, job.demand) for f in flavors)
-    return (borrows, -job.priority, fair_key, job.submitted, job.job_id)
+    level = service.of_job(job) if borrows else 0
+    return (borrows, -job.priority, level, fair_key, job.submitted, job.job_id)
 
 
 def _queues(pending: Iterable[Workload], service: Service) -> dict[str, list[Workload]]:
