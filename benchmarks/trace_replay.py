@@ -2,13 +2,23 @@
 virtual clusters) replayed on a simulated fleet through the same `schedule()`, under the
 cellscale tenancy and under a FIFO baseline, in one run.
 
-Policies (both call `cellscale_hub.scheduling.admission.schedule`; only the tenancy differs):
+Policies (all but the Tiresias reference call `cellscale_hub.scheduling.admission.schedule`;
+only the tenancy differs; `policies()`):
 - cellscale: each virtual cluster (VC) is a ClusterQueue in one cohort; its nominal quota
   is its share of the trace's total GPU-time (at least 1 GPU; quotas sum to the fleet),
   borrowing unlimited, fair-share weight = nominal, decayed-usage history with a
-  half-life (`--half-life-hours`, default 1); preemption applied.
+  half-life (`--half-life-hours`, default 1); inside each queue production's
+  `Ordering()` (least attained service, backfill, reservation, preemption for service);
+  preemption applied. cellscale-submit-order: the same with `Ordering.submit_order()`.
 - fifo: one ClusterQueue owning the whole fleet: strict submit order (a head that does not
   fit blocks everything behind it), no preemption (every job has the same priority).
+- greedy: one queue, submit order, whatever fits starts (no reservation, no preemption).
+- tiresias / tiresias-charged: the issue's reference, re-implemented here
+  (`Sim.tiresias_cycle`): levels at 0.5/5/50 GPU-hours received, FIFO within a level,
+  greedy fill over running and waiting jobs, a running job left out is preempted at once;
+  no fair share. tiresias loses no work at a preemption (as stated); -charged loses the
+  work since its last checkpoint like every other policy.
+Every preemption also costs `restart` seconds (60) on the job's GPUs when it runs again.
 
 Simulation (discrete events, simulated clock):
 - events: arrivals, completions, and the exits of preempted jobs; events at the same

@@ -113,3 +113,25 @@ def test_submit_order_never_preempts_for_service():
 def test_ordering_refuses_thresholds_that_do_not_increase():
     with pytest.raises(ValueError, match="positive and increasing"):
         Ordering(service_levels_gpu_hours=[5.0, 1.0])
+
+
+def test_idle_gpus_are_lent_to_the_least_served_work_first_whatever_the_fair_share():
+    """Both desks would borrow desk c's idle GPUs; b has used far less (fair share would pick
+    it) but a's job is fresh and b's has had 20 GPU-hours: a's goes first. Within nominal
+    quota nothing changes: that order is fair share's."""
+    t = Tenancy.model_validate(
+        {
+            "flavors": {"gpu": {"backend": "local"}},
+            "cohorts": {"firm": {}},
+            "cluster_queues": {q: {"cohort": "firm", "quotas": {"gpu": {"nominal": 2}}} for q in ("a", "b", "c")},
+            "tenants": {q: {"queues": {"default": {"cluster_queue": q}}} for q in ("a", "b", "c")},
+            "ordering": ORDERING.model_dump(),
+        }
+    )
+    holders = (Holder("a-run", "a", "gpu", 2, 0, 0.0), Holder("b-run", "b", "gpu", 2, 0, 0.0))
+    pending = (
+        Workload("a-fresh", "a", 2, 0, 10.0, None, "a"),
+        Workload("b-trained", "b", 2, 0, 5.0, None, "b", attained=20 * HOUR),
+    )
+    decision = schedule(Snapshot(t, {"gpu": 6}, holders, pending, {"a": 50.0, "b": 0.0}, 100.0))
+    assert [a.job_id for a in decision.admit] == ["a-fresh"]
