@@ -108,7 +108,7 @@ from cellscale_hub.scheduling.admission import (
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.scheduling.resources import capacity_of
 from cellscale_hub.scheduling.sites import SiteState, Spend
-from cellscale_hub.tenancy import Budget, Tenancy
+from cellscale_hub.tenancy import Budget, Ordering, Tenancy
 
 HOUR, DAY = 3600.0, 86400.0
 EAST, WEST, BURST = "dc-east", "dc-west", "burst"
@@ -254,6 +254,9 @@ def build_tenancy(cfg: FleetConfig, jobs: list[FleetJob], desks: dict[str, list[
                 }
                 for d in names
             },
+            # placement across sites is what this replay measures: submit order inside each desk (the
+            # FIRST_K shortcut relies on it); the ordering inside desks is benchmarks/scheduling_quality.py's
+            "ordering": Ordering.submit_order().model_dump(),
         }
     )
     return tenancy, nominal, budgets
