@@ -238,7 +238,7 @@ class Ordering(Strict):
     `promote_after_hours` goes back to level 0 (it cannot starve behind new work)."""
 
     service_levels_gpu_hours: list[float] = Field(
-        default_factory=lambda: [5.0, 50.0],
+        default_factory=lambda: [1.0, 10.0, 100.0],
         description="Attained-service thresholds, increasing; empty: submit order only.",
     )
     backfill: bool = Field(

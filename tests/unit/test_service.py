@@ -3,6 +3,8 @@ levels, aging, the victims a waiting job may take for service, and the reasons."
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
@@ -135,3 +137,35 @@ def test_idle_gpus_are_lent_to_the_least_served_work_first_whatever_the_fair_sha
     )
     decision = schedule(Snapshot(t, {"gpu": 6}, holders, pending, {"a": 50.0, "b": 0.0}, 100.0))
     assert [a.job_id for a in decision.admit] == ["a-fresh"]
+
+
+def three_desks(ordering: Ordering = ORDERING) -> Tenancy:
+    return Tenancy.model_validate(
+        {
+            "flavors": {"gpu": {"backend": "local"}},
+            "cohorts": {"firm": {}},
+            "cluster_queues": {q: {"cohort": "firm", "quotas": {"gpu": {"nominal": 4}}} for q in ("a", "b", "c")},
+            "tenants": {q: {"queues": {"default": {"cluster_queue": q}}} for q in ("a", "b", "c")},
+            "ordering": ordering.model_dump(),
+        }
+    )
+
+
+def test_a_loan_to_well_served_work_goes_to_less_served_work_of_another_desk():
+    """a borrows c's idle GPUs for a training that has had 20 GPU-hours; b, at its own quota,
+    has a fresh job that would borrow: it takes the loan (borrowing within the cohort by
+    service, as Kueue's borrowWithinCohort does by priority). b's own job within its quota is
+    never a victim, nor is a loan that has not checkpointed lately."""
+    now = 5 * HOUR
+    holders = (
+        Holder("a-own", "a", "gpu", 4, 0, 0.0, now - 60, None, False, "a"),
+        Holder("a-loan", "a", "gpu", 4, 0, 0.0, now - 60, None, False, "a", attained=20 * HOUR),
+        Holder("b-own", "b", "gpu", 4, 0, now - 600, now - 60, None, False, "b"),
+    )
+    pending = (Workload("b-fresh", "b", 2, 0, now - 30, None, "b"),)
+    decision = schedule(Snapshot(three_desks(), {"gpu": 12}, holders, pending, {}, now))
+    assert decision.admit == [] and [p.job_id for p in decision.preempt] == ["a-loan"]
+    assert "of queue b (borrowing gpu GPUs), which has received less service" in decision.preempt[0].reason
+    stale = tuple(dataclasses.replace(h, last_checkpoint=now - 3 * HOUR) for h in holders)
+    decision = schedule(Snapshot(three_desks(), {"gpu": 12}, stale, pending, {}, now))
+    assert decision.preempt == []

@@ -750,12 +750,14 @@ def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle:
             elif h.priority == job.priority and cycle.service and cycle.service.victim_for(h, level):
                 out.append(h)  # it received more service and just checkpointed: least service first
         elif (
-            within_nominal
-            and usage.has(h.cluster_queue, flavor)
+            usage.has(h.cluster_queue, flavor)
             and usage.root[h.cluster_queue] == usage.root[cq]
             and usage.borrowing(h.cluster_queue, flavor)
         ):
-            out.append(h)  # reclaim what was lent
+            if within_nominal:
+                out.append(h)  # reclaim what was lent
+            elif h.priority <= job.priority and cycle.service and cycle.service.victim_for(h, level):
+                out.append(h)  # a loan to work of a higher level goes to less-served work (Kueue: borrowWithinCohort)
     return out
 
 
@@ -799,11 +801,12 @@ def _fewest(
 def _victim_reason(usage: Usage, victim: Holder, job: Workload, service: Service) -> str:
     if victim.cluster_queue == job.cluster_queue and victim.priority < job.priority:
         return f"preempted for higher-priority job {job.job_id} in queue {job.cluster_queue}"
-    if victim.cluster_queue == job.cluster_queue:
+    if victim.cluster_queue == job.cluster_queue or usage.borrows(job.cluster_queue, victim.flavor, job.demand):
+        borrowing = "" if victim.cluster_queue == job.cluster_queue else f" (borrowing {victim.flavor} GPUs)"
         return (
-            f"preempted for job {job.job_id} of queue {job.cluster_queue}, which has received less service "
+            f"preempted for job {job.job_id} of queue {job.cluster_queue}{borrowing}, which has received less service "
             f"({job.attained / 3600:.1f} vs {service.received(victim) / 3600:.1f} GPU-hours; least service goes "
-            "first within a desk); it checkpointed "
+            "first within a desk and among borrowers); it checkpointed "
             f"{(service.now - victim.last_checkpoint) / 60:.0f} min ago and resumes from there"
         )
     resource = usage.borrowing(victim.cluster_queue, victim.flavor) or Resource.gpu
