@@ -283,16 +283,22 @@ class Controller:
         job.preempt_deadline = now + timedelta(seconds=self.preemption_grace_s)
         job.preempt_reason = preemption.reason
         attempt = job.attempts[-1]
+        running = attempt.state is AttemptState.RUNNING
         q.add_event(
             session,
             job,
             kind=EventKind.PREEMPTION,
             attempt=attempt.number,
             reason=EventReason.Preempting,
-            message=f"{preemption.reason}; warned, stopping in {self.preemption_grace_s:.0f} s "
-            "(checkpoint now to lose nothing)",
+            message=f"{preemption.reason}; "
+            + (
+                f"warned, stopping in {self.preemption_grace_s:.0f} s (checkpoint now to lose nothing)"
+                if running
+                else f"stopping in {self.preemption_grace_s:.0f} s (it had not started: nothing to checkpoint)"
+            ),
         )
-        return job.backend, self.ref(job, attempt)
+        # only running ranks are warned: a supervisor still starting has no handler for the signal yet
+        return (job.backend, self.ref(job, attempt)) if running else None
 
     def launch(self, driver: Driver, job: Job, attempt: Attempt, resubmit: bool = False) -> None:
         ref = dataclasses.replace(self.ref(job, attempt), resubmit=resubmit)

@@ -111,6 +111,9 @@ class Supervisor:
         self._usage_lock = threading.Lock()
 
     def run(self) -> int:
+        # before Started is written: once the control plane sees the attempt run, a warning is handled
+        # (the notice waits for the ranks, who read it when they start)
+        signal.signal(signal.SIGUSR1, self._on_preempt_warning)
         self.dir.mkdir(parents=True, exist_ok=True)
         lock_fd = os.open(self.job.lock_file(self.attempt, self.node), os.O_RDWR | os.O_CREAT, 0o640)
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held until this process ends
@@ -125,7 +128,6 @@ class Supervisor:
         os.write(log_fd, f"[cellscale] attempt {self.attempt} starting on {where}\n".encode())
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        signal.signal(signal.SIGUSR1, self._on_preempt_warning)
         self._start_usage()
         threading.Thread(target=self._heartbeat, daemon=True).start()
         try:
