@@ -147,10 +147,20 @@ class Reasons(Mapping[str, PendingReason]):
         self.explicit: dict[str, PendingReason] = {}
         self._lines: list[tuple[Workload, dict[str, Workload], dict[str, int]]] = []  # head, behind, positions
         self._later: dict[str, tuple[PendingCode, Callable[[], PendingReason]]] = {}  # built when asked
+        self._groups: list[tuple[PendingCode, dict[str, tuple[Workload, int]], Callable]] = []  # the same, many
 
     def later(self, job_id: str, code: PendingCode, build: Callable[[], PendingReason]) -> None:
         """A reason built only when asked (from the cycle's final state), its code known now."""
         self._later[job_id] = (code, build)
+
+    def group(
+        self, code: PendingCode, build: Callable[[Workload, int], PendingReason]
+    ) -> dict[str, tuple[Workload, int]]:
+        """Many jobs that wait for the same reason: fill the returned dict with job id ->
+        (job, position); each one's reason is built when asked."""
+        members: dict[str, tuple[Workload, int]] = {}
+        self._groups.append((code, members, build))
+        return members
 
     def queue_behind(self, head: Workload, behind: list[Workload], start: int) -> None:
         jobs = {job.job_id: job for job in behind}
@@ -165,17 +175,28 @@ class Reasons(Mapping[str, PendingReason]):
         if job_id in self._later:
             reason = self.explicit[job_id] = self._later[job_id][1]()
             return reason
+        for _, members, build in self._groups:
+            if job_id in members:
+                reason = self.explicit[job_id] = build(*members[job_id])
+                return reason
         for head, jobs, positions in self._lines:  # one line per blocked queue: a hundred, not 100k
             if job_id in jobs:
                 return _queued(self.explicit[head.job_id], head, jobs[job_id], positions[job_id])
         raise KeyError(job_id)
 
     def __contains__(self, job_id: object) -> bool:
-        return job_id in self.explicit or job_id in self._later or any(job_id in jobs for _, jobs, _ in self._lines)
+        return (
+            job_id in self.explicit
+            or job_id in self._later
+            or any(job_id in members for _, members, _ in self._groups)
+            or any(job_id in jobs for _, jobs, _ in self._lines)
+        )
 
     def codes(self) -> dict[str, PendingCode]:
         """Each waiting job's reason code, without building the reasons of those queued behind a head."""
         out = {job_id: code for job_id, (code, _) in self._later.items()}
+        for code, members, _ in self._groups:
+            out.update(dict.fromkeys(members, code))
         out.update({job_id: reason.code for job_id, reason in self.explicit.items()})
         for _, jobs, _ in self._lines:
             out.update(dict.fromkeys(jobs, PendingCode.Queued))
@@ -184,12 +205,15 @@ class Reasons(Mapping[str, PendingReason]):
     def __iter__(self) -> Iterator[str]:
         yield from self.explicit
         yield from (job_id for job_id in self._later if job_id not in self.explicit)
+        for _, members, _ in self._groups:
+            yield from (job_id for job_id in members if job_id not in self.explicit)
         for _, jobs, _ in self._lines:
             yield from jobs
 
     def __len__(self) -> int:
-        built = sum(1 for job_id in self._later if job_id in self.explicit)
-        return len(self.explicit) + len(self._later) - built + sum(len(jobs) for _, jobs, _ in self._lines)
+        lazy = [*self._later, *(job_id for _, members, _ in self._groups for job_id in members)]
+        built = sum(1 for job_id in lazy if job_id in self.explicit)
+        return len(self.explicit) + len(lazy) - built + sum(len(jobs) for _, jobs, _ in self._lines)
 
 
 @dataclass
@@ -319,6 +343,7 @@ class Cycle:
     promised: dict[str, list[Holder]] = field(default_factory=dict)  # head -> the victims freeing its GPUs
     taken: set[str] = field(default_factory=set)  # victims promised to some head
     ceilings: dict[tuple[str, str], tuple[Ceiling, ...]] = field(default_factory=dict)  # memo: (queue, flavor)
+    verdicts: dict[tuple, Ceiling | None] = field(default_factory=dict)  # memo: (queue, flavors, demand)
     spent: dict[str, float] = field(default_factory=dict)  # tenant -> cloud dollars admitted in this cycle
     waiting_for: dict[str, list[int]] = field(default_factory=dict)  # flavor -> demand of the heads waiting there
     on_flavor: dict[str, list[Holder]] | None = None  # memo: the holders of each flavor
@@ -334,6 +359,12 @@ class Cycle:
     def never_fits(self, snap: Snapshot, job: Workload, flavors: list[str]) -> Ceiling | None:
         """The never-fits rule (scheduling.ceiling) against the flavors' capacity now,
         memoized per cycle: None if the job fits on one of them."""
+        verdict = (job.cluster_queue, tuple(flavors), job.demand)
+        if verdict not in self.verdicts:
+            self.verdicts[verdict] = self._never_fits(snap, job, flavors)
+        return self.verdicts[verdict]
+
+    def _never_fits(self, snap: Snapshot, job: Workload, flavors: list[str]) -> Ceiling | None:
         blocked = []
         for flavor in flavors:
             key = (job.cluster_queue, flavor)
@@ -360,6 +391,7 @@ class Line:
     waiting: list[Workload] = field(default_factory=list)  # jobs looked at that still wait, in order
     reserved: dict[str, tuple[Workload, float | None]] = field(default_factory=dict)  # flavor -> (head, its start)
     failed: dict[str, Amounts] = field(default_factory=dict)  # flavor -> the smallest demand that did not fit
+    behind: dict[str, dict] = field(default_factory=dict)  # flavor -> the jobs waiting behind its reservation
     may_preempt: int = PREEMPTING_PER_QUEUE
     timed: bool = False  # some job of it has a time limit (may backfill before a reservation)
 
@@ -419,10 +451,37 @@ def schedule(snap: Snapshot) -> Decision:
     cycle = Cycle(leaving={h.job_id: h for h in snap.holders if h.preempting}, service=service)
     flavors_of = {cq: _by_kind(t, list(t.cluster_queues[cq].quotas)) for cq in lines}
 
-    def next_of(cq: str) -> None:
-        if not lines[cq].advance():
-            del lines[cq]
+    def waits_anyway(cq: str) -> bool:
+        """The queue's current job cannot start now, whatever other queues do (its reason is
+        set): a cycle over 100k waiting jobs chooses between queues only for the others."""
+        line = lines[cq]
+        job = line.job
+        flavors = _flavors(flavors_of[cq], job)
+        too_big = cycle.never_fits(snap, job, flavors) if flavors else None
+        if not flavors or too_big:
+            decision.pending[job.job_id] = _never_fits(job, too_big)
+            return True
+        held = _over_budget(snap, job)
+        if held is not None:
+            decision.pending[job.job_id] = held
+            return True
+        usable = line.usable(job, flavors, snap.now)
+        if not usable or line.hopeless(job, usable):
+            _wait_behind(decision, snap, usage, cycle, line, job, flavors, usable)
+            return True
+        return False
 
+    def next_of(cq: str) -> None:
+        """On to the queue's next job that may start now; the queue leaves when none is left."""
+        line = lines[cq]
+        while line.advance():
+            if not waits_anyway(cq):
+                return
+        del lines[cq]
+
+    for cq in list(lines):
+        if waits_anyway(cq):
+            next_of(cq)
     while lines:
         node_use = tree.node_usage(queue_use)
         cq = min(
@@ -434,21 +493,7 @@ def schedule(snap: Snapshot) -> Decision:
         line = lines[cq]
         job = line.job
         flavors = _flavors(flavors_of[cq], job)
-        too_big = cycle.never_fits(snap, job, flavors) if flavors else None
-        if not flavors or too_big:
-            decision.pending[job.job_id] = _never_fits(job, too_big)
-            next_of(cq)
-            continue
-        held = _over_budget(snap, job)
-        if held is not None:
-            decision.pending[job.job_id] = held
-            next_of(cq)
-            continue
         usable = line.usable(job, flavors, snap.now)
-        if not usable or line.hopeless(job, usable):
-            _wait_behind(decision, snap, usage, cycle, line, job, flavors, usable)
-            next_of(cq)
-            continue
         offers = _offers(snap, usage, job, usable, cycle) if _across_sites(snap, usable) else None
         best = choose(offers) if offers else None
         if offers is None:
@@ -518,28 +563,34 @@ def _wait_behind(
     """A job behind its queue's first waiting job that does not start: it may still choose
     victims (a few per queue per cycle: for service, or reclaiming its desk's lent GPUs), and
     its reason is built only when someone asks (a queue of 10k costs no 10k reasons)."""
-    ahead = list(line.waiting)
-    line.waiting.append(job)
-    position = len(line.waiting)
+    waiting = line.waiting  # only grows: the jobs ahead of this one stay its first position - 1
+    waiting.append(job)
+    position = len(waiting)
     if preempt and usable and line.may_preempt > 0:
         line.may_preempt -= 1
         for victim in _make_room(snap, usage, job, usable, cycle):
             decision.preempt.append(
                 Preemption(victim.job_id, job.job_id, _victim_reason(usage, victim, job, cycle.service))
             )
-    reserved = None if usable else next(((f, line.reserved[f]) for f in flavors if f in line.reserved), None)
-    if reserved is not None:
-        flavor, (head, start) = reserved
-        decision.pending.later(
-            job.job_id,
-            PendingCode.Queued,
-            lambda: _behind_reservation(job, head, flavor, start, position, cycle.service),
-        )
+    flavor = None if usable else next((f for f in flavors if f in line.reserved), None)
+    if flavor is not None:
+        members = line.behind.get(flavor)
+        if members is None:
+            head, start = line.reserved[flavor]
+            members = line.behind[flavor] = decision.pending.group(
+                PendingCode.Queued,
+                lambda job, position, head=head, flavor=flavor, start=start: _behind_reservation(
+                    job, head, flavor, start, position, cycle.service
+                ),
+            )
+        members[job.job_id] = (job, position)
         return
     decision.pending.later(
         job.job_id,
         _short_code(usage, cycle, job, usable),
-        lambda: _behind_words(_blocked_reason(snap, usage, job, usable, cycle), job, ahead, position, cycle.service),
+        lambda: _behind_words(
+            _blocked_reason(snap, usage, job, usable, cycle), job, waiting[: position - 1], position, cycle.service
+        ),
     )
 
 
