@@ -76,8 +76,11 @@ def test_borrowing_then_why_pending_in_plain_words(plane):
     pending = waiting["pending"]
     assert pending["code"] == "PoolLent" and pending["needs"] == 2 and pending["available"] == 1
     assert pending["ahead"][0]["job_id"] == big["id"] and pending["estimated_start"] is not None
-    behind = get(plane, second["id"])["pending"]
-    assert behind["code"] == "Queued" and behind["position"] == 2 and behind["ahead"][0]["job_id"] == first["id"]
+    behind = get(plane, second["id"])["pending"]  # 1 GPU is free, but borrowing it would delay first
+    assert behind["code"] == "HeldForAhead" and behind["position"] == 2 and behind["ahead"][0]["job_id"] == first["id"]
+    assert behind["message"].startswith(
+        "position 2 in queue desk-a: 1 waiting job goes before it (1 submitted earlier)"
+    )
     quota = plane.http.get("/api/quota", headers=plane.as_("carol")).json()
     assert [
         (q["cluster_queue"], q["flavors"][0]["used"], q["flavors"][0]["borrowed"], q["pending_jobs"]) for q in quota

@@ -51,10 +51,10 @@ def test_after_a_restart_reasons_return_with_the_first_cycle(plane):
     holder = plane.submit(source=SLEEPER, resources={"gpus_per_node": 2}).json()
     plane.run_until(holder["id"], {Phase.RUNNING})
     first = plane.submit(resources={"gpus_per_node": 3}).json()  # 2 of 4 free to it: waits
-    second = plane.submit(resources={"gpus_per_node": 1}).json()  # would fit, but queues behind it
+    second = plane.submit(resources={"gpus_per_node": 1}).json()  # would fit, but would borrow what first waits for
     plane.controller.cycle()
     before = plane.http.get(f"/api/jobs/{second['id']}", headers=plane.as_("alice")).json()
-    assert before["pending"]["code"] == "Queued" and before["pending"]["ahead"][0]["job_id"] == first["id"]
+    assert before["pending"]["code"] == "HeldForAhead" and before["pending"]["ahead"][0]["job_id"] == first["id"]
     assert before["reason"] == before["pending"]["message"]
 
     plane.restart()

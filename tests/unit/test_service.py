@@ -88,7 +88,7 @@ def test_a_queue_is_ordered_by_service_then_submit_time():
     decision = schedule(Snapshot(desk(1), {"gpu": 1}, (), tuple(pending), {}, 100.0))
     assert [a.job_id for a in decision.admit] == ["fresh"]
     assert decision.pending["some"].position == 1 and decision.pending["trained"].position == 2
-    assert "1 waiting jobs go before it (1 with less service received)" in decision.pending["trained"].message
+    assert "1 waiting job goes before it (1 with less service received)" in decision.pending["trained"].message
 
 
 def test_a_short_cell_preempts_its_desks_long_training_that_just_checkpointed():

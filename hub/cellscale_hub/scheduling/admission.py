@@ -1129,8 +1129,9 @@ def _behind_words(
     why += [f"{earlier} submitted earlier"] if earlier else []
     return dataclasses.replace(
         reason,
-        message=f"position {position} in queue {job.cluster_queue}: {len(ahead)} waiting jobs go before it "
-        f"({', '.join(why)}); it starts when it fits: {reason.message}",
+        message=f"position {position} in queue {job.cluster_queue}: "
+        + ("1 waiting job goes before it" if len(ahead) == 1 else f"{len(ahead)} waiting jobs go before it")
+        + f" ({', '.join(why)}); it starts when it fits: {reason.message}",
         position=position,
     )
 
