@@ -232,3 +232,18 @@ def _git_commit() -> str | None:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def timing(obj: object, method: str) -> list[float]:
+    """Record how long each call of obj.method takes, from now on."""
+    original, seconds = getattr(obj, method), []
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - t0)
+
+    setattr(obj, method, timed)
+    return seconds

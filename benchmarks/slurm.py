@@ -47,13 +47,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _common import REPO, median, print_table, ratio, write_results
+from _common import REPO, median, print_table, ratio, timing, write_results
 from sqlalchemy import func, select
 
 sys.path.insert(0, str(REPO))  # for the test suite's in-process Plane
 from cellscale_hub import proc  # noqa: E402
 from cellscale_hub.dev import slurm as dev_slurm  # noqa: E402
-from cellscale_hub.drivers.slurm import SlurmDriver, _give_to  # noqa: E402
+from cellscale_hub.drivers.base import hand_to_owner  # noqa: E402
+from cellscale_hub.drivers.slurm import SlurmDriver  # noqa: E402
 from cellscale_hub.store import Store  # noqa: E402
 from cellscale_hub.store.models import Attempt  # noqa: E402
 from cellscale_hub.tenancy import Tenancy  # noqa: E402
@@ -167,7 +168,7 @@ def raw_to_running(template: Path, script: str, jobs_root: Path, n: int) -> dict
         shutil.copy(template / name, job_dir / name)
     path = job_dir / "attempts" / "1" / "job.sbatch"
     path.write_text(script.replace(str(template), str(job_dir)))
-    _give_to(USER, job_dir)  # what the driver does before its sbatch
+    hand_to_owner(USER, job_dir)  # what the driver does before its sbatch
     t0 = time.perf_counter()
     slurm_id = sbatch(path)
     marks = {"sbatch_returned_s": time.perf_counter() - t0}
@@ -249,21 +250,6 @@ def raw_flood(plane: Plane, submits: int, script: Path) -> dict:
         "queue_after": queue_summary(),
         "cancelled_after": cancel_mine(plane),
     }
-
-
-def timing(obj: object, method: str) -> list[float]:
-    """Record how long each call of obj.method takes, from now on."""
-    original, seconds = getattr(obj, method), []
-
-    def timed(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            seconds.append(time.perf_counter() - t0)
-
-    setattr(obj, method, timed)
-    return seconds
 
 
 def ours_flood(plane: Plane, submits: int) -> dict:

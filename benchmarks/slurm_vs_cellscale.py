@@ -102,7 +102,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from _common import REPO, percentile, print_table, ratio, scheduling_digest, write_results
+from _common import REPO, percentile, print_table, ratio, scheduling_digest, timing, write_results
 from trace_replay import TRACE, TraceJob, load_trace, max_min_share, slice_jobs
 
 CAPACITY = 32  # GPUs of the dev cluster's gpu partition
@@ -853,21 +853,6 @@ def reservations(events: list[tuple[float, str]]) -> list[tuple[float, float]]:
             out.append((since, at))
             since = None
     return out
-
-
-def timing(obj: object, method: str) -> list[float]:
-    """Record how long each call of obj.method takes, from now on (as benchmarks/slurm.py)."""
-    original, seconds = getattr(obj, method), []
-
-    def timed(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            seconds.append(time.perf_counter() - t0)
-
-    setattr(obj, method, timed)
-    return seconds
 
 
 def cancel_mine(mine: set[str], timeout: float = 120) -> int:

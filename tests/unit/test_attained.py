@@ -9,7 +9,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from alembic import command
 from sqlalchemy import text
 
 from cellscale.spec import JobSpec
@@ -18,10 +17,10 @@ from cellscale_hub.controller import Controller
 from cellscale_hub.drivers import Observation
 from cellscale_hub.store import Store, usage
 from cellscale_hub.store import jobs as q
-from cellscale_hub.store.db import alembic_config
-from cellscale_hub.store.models import Attempt, Base, Job, utcnow
+from cellscale_hub.store.models import Attempt, Job, utcnow
 from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy
+from tests.migrations import store_at
 
 TENANCY = Tenancy.from_yaml(
     """
@@ -168,12 +167,7 @@ def test_queued_at_is_the_newest_attempts_end_and_holders_count_only_preemptions
 
 
 def test_the_migration_fills_attained_service_from_the_attempts_already_stored(store_url):
-    store = Store(store_url)
-    config = alembic_config(store.engine)
-    with store.engine.begin() as conn:  # an empty database (the PostgreSQL one is shared)
-        Base.metadata.drop_all(conn)
-        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
-    command.upgrade(config, "0007")
+    store, config = store_at(store_url, "0007")
     now = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
     ago = {"now": now, **{f"m{m}": now - timedelta(minutes=m) for m in (10, 30, 40, 60)}}
     with store.engine.begin() as conn:

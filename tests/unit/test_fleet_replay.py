@@ -5,28 +5,11 @@ its cloud budget, and the burst dollars are the sum of the per-job cloud bills."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.bench import load_benchmark
 
-
-def _load():
-    sys.path.insert(0, str(BENCHMARKS))  # for its `from _common import ...` and `from trace_replay import ...`
-    try:
-        spec = importlib.util.spec_from_file_location("bench_fleet_replay", BENCHMARKS / "fleet_replay.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-
-
-fr = _load()
+fr = load_benchmark("fleet_replay")
 HOUR = 3600.0
 VCS = ("vc-a", "vc-b")
 

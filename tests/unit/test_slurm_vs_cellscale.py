@@ -4,29 +4,13 @@ metrics (JCT, queueing, utilization, the fair-share gap). No Slurm, no control p
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.bench import load_benchmark
 
-
-def _load():
-    sys.path.insert(0, str(BENCHMARKS))  # for its `from _common import ...` and `from trace_replay import ...`
-    try:
-        spec = importlib.util.spec_from_file_location("bench_slurm_vs_cellscale", BENCHMARKS / "slurm_vs_cellscale.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-
-
-svc = _load()
+svc = load_benchmark("slurm_vs_cellscale")
 TraceJob = svc.TraceJob
 Outcome = svc.Outcome
 

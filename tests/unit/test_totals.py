@@ -5,16 +5,15 @@ import random
 from datetime import timedelta
 
 import pytest
-from alembic import command
 from sqlalchemy import func, select, text
 
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import EventReason, Phase
 from cellscale_hub.lifecycle import ALLOWED
-from cellscale_hub.store import Store, totals, usage
 from cellscale_hub.store import jobs as q
-from cellscale_hub.store.db import alembic_config
-from cellscale_hub.store.models import Attempt, Base, Job, utcnow
+from cellscale_hub.store import totals, usage
+from cellscale_hub.store.models import Attempt, Job, utcnow
+from tests.migrations import store_at
 
 QUEUES = ("desk-a", "desk-b", "research")
 
@@ -144,12 +143,7 @@ tenants:
 
 
 def test_the_migration_fills_the_totals_and_inputs_from_the_jobs_already_stored(store_url):
-    store = Store(store_url)
-    config = alembic_config(store.engine)
-    with store.engine.begin() as conn:  # an empty database (the PostgreSQL one is shared)
-        Base.metadata.drop_all(conn)
-        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
-    command.upgrade(config, "0004")
+    store, config = store_at(store_url, "0004")
     now = utcnow()
     with store.engine.begin() as conn:
         for job_id, cq, gpus, phase in [

@@ -4,28 +4,11 @@ Philly trace (times rebased to 0) on a small fleet, under both policies, through
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.bench import load_benchmark
 
-
-def _load():
-    sys.path.insert(0, str(BENCHMARKS))  # for its `from _common import ...`
-    try:
-        spec = importlib.util.spec_from_file_location("bench_trace_replay", BENCHMARKS / "trace_replay.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-
-
-tr = _load()
+tr = load_benchmark("trace_replay")
 pytestmark = pytest.mark.skipif(not tr.TRACE.exists(), reason=f"no trace at {tr.TRACE}")
 FLEET = 48
 
