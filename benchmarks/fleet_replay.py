@@ -107,6 +107,7 @@ from cellscale_hub.scheduling.admission import (
 )
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.scheduling.resources import capacity_of
+from cellscale_hub.scheduling.service import Service
 from cellscale_hub.scheduling.sites import SiteState, Spend
 from cellscale_hub.tenancy import Budget, Ordering, Tenancy
 
@@ -468,7 +469,8 @@ class FleetSim:
             if fits is not None:  # starts now there: no estimate is earlier (the cloud boots first)
                 self.chosen[i] = fits
             else:
-                offers = _offers(snap, usage, w, list(FLAVORS), Cycle())
+                cycle = Cycle(Service(self.tenancy.ordering, self.tenancy.resource_weights, t))
+                offers = _offers(snap, usage, w, list(FLAVORS), cycle)
                 best = min(range(len(offers)), key=lambda k: (offers[k].start_in_s, k))
                 self.chosen[i] = offers[best].flavor
                 fits = offers[best].flavor if offers[best].fits_now else None

@@ -337,6 +337,7 @@ class Usage:
 class Cycle:
     """What one scheduling cycle has decided so far, beyond the usage."""
 
+    service: Service  # the ordering inside each queue, at this cycle's time
     claims: dict[tuple[str, str], Workload] = field(default_factory=dict)  # (tree, flavor) -> blocked head
     claim_start: dict[tuple[str, str], float | None] = field(default_factory=dict)  # its estimated start
     leaving: dict[str, Holder] = field(default_factory=dict)  # being preempted, not yet promised to a head
@@ -347,7 +348,6 @@ class Cycle:
     spent: dict[str, float] = field(default_factory=dict)  # tenant -> cloud dollars admitted in this cycle
     waiting_for: dict[str, list[int]] = field(default_factory=dict)  # flavor -> demand of the heads waiting there
     on_flavor: dict[str, list[Holder]] | None = None  # memo: the holders of each flavor
-    service: Service | None = None  # the ordering inside each queue, at this cycle's time
 
     def holders_on(self, snap: Snapshot, flavor: str) -> list[Holder]:
         if self.on_flavor is None:
@@ -448,7 +448,7 @@ def schedule(snap: Snapshot) -> Decision:
     queues = _queues(snap.pending, service)
     lines = {cq: Line(jobs, timed=any(j.time_limit_s for j in jobs)) for cq, jobs in queues.items()}
     decision = Decision()
-    cycle = Cycle(leaving={h.job_id: h for h in snap.holders if h.preempting}, service=service)
+    cycle = Cycle(service, leaving={h.job_id: h for h in snap.holders if h.preempting})
     flavors_of = {cq: _by_kind(t, list(t.cluster_queues[cq].quotas)) for cq in lines}
 
     def waits_anyway(cq: str) -> bool:
@@ -621,12 +621,8 @@ def _queues(pending: Iterable[Workload], service: Service) -> dict[str, list[Wor
     queues: dict[str, list[Workload]] = defaultdict(list)
     for job in pending:
         queues[job.cluster_queue].append(job)
-    leveled = bool(service.ordering.service_levels_gpu_hours)
     for jobs in queues.values():
-        if leveled:
-            jobs.sort(key=lambda j: (-j.priority, service.of_job(j), j.submitted, j.job_id))
-        else:
-            jobs.sort(key=lambda j: (-j.priority, j.submitted, j.job_id))
+        jobs.sort(key=lambda j: (-j.priority, service.of_job(j), j.submitted, j.job_id))
     return queues
 
 
@@ -790,7 +786,7 @@ def _promise(cycle: Cycle, job: Workload, victims: list[Holder]) -> None:
 def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle: Cycle) -> list[Holder]:
     cq = job.cluster_queue
     within_nominal = not usage.borrows(cq, flavor, job.demand)
-    level = cycle.service.of_job(job) if cycle.service else 0
+    level = cycle.service.of_job(job)
     out = []
     for h in cycle.holders_on(snap, flavor):
         if h.preempting or h.job_id in cycle.taken:
@@ -798,7 +794,7 @@ def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle:
         if h.cluster_queue == cq:
             if h.priority < job.priority:
                 out.append(h)  # priority preemption within the queue
-            elif h.priority == job.priority and cycle.service and cycle.service.victim_for(h, level):
+            elif h.priority == job.priority and cycle.service.victim_for(h, level):
                 out.append(h)  # it received more service and just checkpointed: least service first
         elif (
             usage.has(h.cluster_queue, flavor)
@@ -807,7 +803,7 @@ def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle:
         ):
             if within_nominal:
                 out.append(h)  # reclaim what was lent
-            elif h.priority <= job.priority and cycle.service and cycle.service.victim_for(h, level):
+            elif h.priority <= job.priority and cycle.service.victim_for(h, level):
                 out.append(h)  # a loan to work of a higher level goes to less-served work (Kueue: borrowWithinCohort)
     return out
 

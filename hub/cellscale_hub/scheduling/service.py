@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from functools import cached_property
 
 from cellscale_hub.tenancy import Ordering, ResourceWeights
 
@@ -31,7 +32,7 @@ class Service:
     weights: ResourceWeights
     now: float
 
-    @property
+    @cached_property
     def thresholds_s(self) -> list[float]:
         return [h * HOUR for h in self.ordering.service_levels_gpu_hours]
 
