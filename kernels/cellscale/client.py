@@ -29,6 +29,7 @@ from cellscale.spec import (
     JobSpec,
     JobView,
     LogChunk,
+    PointPage,
     RenderView,
     WhoAmI,
 )
@@ -165,10 +166,33 @@ class Client:
     def logs(self, job_id: str, offset: int = 0) -> LogChunk:
         return LogChunk.model_validate(self._call("GET", f"api/jobs/{job_id}/logs", params={"offset": offset}).json())
 
+    def points(
+        self, job_id: str, since: int = 0, status: str | None = None, offset: int = 0, limit: int = 1000
+    ) -> PointPage:
+        """A sweep's points in index order (from `offset`, at most `limit`), only those that
+        changed after stamp `since` (a page's `stamp`), or only those with `status`."""
+        params = {"since": since, "offset": offset, "limit": limit, **({"status": status} if status else {})}
+        return PointPage.model_validate(self._call("GET", f"api/jobs/{job_id}/points", params=params, retries=2).json())
+
+    def point_result(self, job_id: str, index: int, result_job: str | None = None) -> dict:
+        """One sweep point's outputs, unpickled once their signature checks out under the key of
+        the job that wrote them (`result_job`: this sweep, or the earlier one a cached point's
+        result comes from; PointView.result_job)."""
+        response = self._call("GET", f"api/jobs/{job_id}/points/{index}/result", retries=2)
+        return self._verified(result_job or job_id, response.content, response.headers.get(RESULT_TAG_HEADER))
+
+    def point_logs(self, job_id: str, index: int, offset: int = 0) -> LogChunk:
+        """One sweep point's own log (every try of it)."""
+        path = f"api/jobs/{job_id}/points/{index}/logs"
+        return LogChunk.model_validate(self._call("GET", path, params={"offset": offset}).json())
+
     def result(self, job_id: str) -> dict:
         """Rank 0's outputs, unpickled here, in the user's own process, once their signature
         proves the job this user submitted wrote them (never another user's job)."""
         data, tag = self.result_bytes(job_id)
+        return self._verified(job_id, data, tag)
+
+    def _verified(self, job_id: str, data: bytes, tag: str | None) -> dict:
         key = self.result_keys.load(job_id)
         if key is None:
             raise ResultUnverified(

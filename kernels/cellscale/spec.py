@@ -7,6 +7,8 @@ TypeScript types: nothing is written twice.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import keyword
 import os
 import re
@@ -16,7 +18,17 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from cellscale.vocabulary import AttemptState, EventKind, EventReason, Fault, Launcher, PendingCode, Phase, Resource
+from cellscale.vocabulary import (
+    AttemptState,
+    EventKind,
+    EventReason,
+    Fault,
+    Launcher,
+    PendingCode,
+    Phase,
+    PointStatus,
+    Resource,
+)
 
 MAX_INPUTS_BYTES = 64 * 1024 * 1024
 """Largest pickled input bundle a job may carry (64 MiB). Ship bigger data by URL."""
@@ -162,6 +174,35 @@ class Retries(Strict):
     user_error: int = Field(0, ge=0, le=100, description="Exceptions in the cell.")
 
 
+MAX_SWEEP_POINTS = 100_000
+"""Most points one sweep may have (split a larger grid into several sweeps)."""
+
+
+class Sweep(Strict):
+    """The cell runs once per point of a grid (`%%cluster map`): every point is its own task with
+    its own result, log and retries, and the whole sweep is ONE job for admission, holding
+    `max_parallel` times `resources` (each task's) while it runs."""
+
+    points: int = Field(ge=1, le=MAX_SWEEP_POINTS, description="How many points the grid has.")
+    points_sha256: Sha256 = Field(
+        description="The uploaded points manifest (POST /api/bundles): JSON, "
+        '{"points": [{"name": value, ...}, ...]} (cellscale.points); read by the control plane, never unpickled.'
+    )
+    max_parallel: int = Field(64, ge=1, le=10_000, description="Most tasks running at once (--max-parallel).")
+    per_task: int = Field(
+        1, ge=1, le=10_000, description="Points one task runs one after another (--per-task): for tiny points."
+    )
+
+    @property
+    def tasks(self) -> int:
+        return -(-self.points // self.per_task)
+
+    @property
+    def slots(self) -> int:
+        """Tasks it may run at once: what admission reserves, each of the spec's resources."""
+        return min(self.max_parallel, self.tasks)
+
+
 class JobSpec(Strict):
     """What a user asks for. Validated completely before anything is stored."""
 
@@ -215,6 +256,36 @@ class JobSpec(Strict):
         max_length=MAX_NAMES,
         description=f"Variables returned from rank 0 (at most {MAX_NAMES}, {MAX_NAME_CHARS} characters each).",
     )
+    sweep: Sweep | None = Field(
+        None, description="Run the cell once per point of a grid (each point's values bound as variables)."
+    )
+
+    def code_key(self) -> str:
+        """What a sweep point's result depends on besides the point (the result cache's key, with
+        `cellscale.points.point_key`): the cell, its inputs bundle, outputs, launcher, environment
+        and datasets. Not its resources, retries or name: they do not change a result."""
+        material = {
+            "source": self.source,
+            "inputs": self.inputs_sha256,
+            "input_names": self.input_names,
+            "outputs": self.outputs,
+            "launcher": self.launcher.value,
+            "env": self.env,
+            "datasets": self.datasets,
+        }
+        return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def slots(self) -> int:
+        """Gangs of `resources` it holds at once: 1, or a sweep's tasks in flight."""
+        return self.sweep.slots if self.sweep else 1
+
+    @property
+    def demand(self) -> Resources:
+        """What admission reserves for it: `resources`, or a sweep's slots of them side by side."""
+        if self.sweep is None:
+            return self.resources
+        return self.resources.model_copy(update={"nodes": self.resources.nodes * self.slots})
 
     @field_validator("source")
     @classmethod
@@ -265,6 +336,19 @@ class JobSpec(Strict):
             raise ValueError("input_names and inputs_sha256 go together")
         if self.launcher is Launcher.ray and self.resources.nodes > 1 and self.resources.gpus_per_node == 0:
             raise ValueError("a multi-node Ray job needs --gpus-per-node")
+        return self
+
+    @model_validator(mode="after")
+    def _sweep_tasks_are_one_process(self) -> JobSpec:
+        if self.sweep is None:
+            return self
+        if self.launcher is not Launcher.plain:
+            raise ValueError(
+                f"a sweep runs each point in one process: use --launcher plain (not {self.launcher.value}), "
+                "or run the distributed cell once per point with its own %%cluster"
+            )
+        if self.resources.nodes > 1:
+            raise ValueError("a sweep task runs on one node: leave out --nodes (each point gets --gpus on one node)")
         return self
 
     @model_validator(mode="after")
@@ -464,12 +548,56 @@ class JobView(BaseModel):
     attempts: list[AttemptView]
     estimate: CostEstimate | None = Field(None, description="What it was expected to cost when submitted.")
     cost: JobCost | None = Field(None, description="What it held, used and cost so far (None: never held GPUs).")
+    sweep: SweepProgress | None = Field(None, description="A sweep's points by status (sweeps only).")
     service_gpu_hours: float = Field(
         0.0,
         description="Service received so far, in GPU-equivalent hours (held hours × its GPUs, CPUs and memory under "
         "the tenancy's resource weights), every attempt's, the running one up to now: within its desk, jobs that "
         "received less go first.",
     )
+
+
+class SweepProgress(BaseModel):
+    """A sweep's points by status, as the panel's progress bar and the notebook's line show it."""
+
+    points: int
+    queued: int = 0
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    cached: int = 0
+    cancelled: int = 0
+    retried: int = Field(0, description="Points that needed more than one try.")
+    max_parallel: int = Field(description="Most tasks in flight at once.")
+    arrays: int = Field(0, description="Backend submissions so far (Slurm job arrays; local task pools).")
+    eta_s: float | None = Field(None, description="Seconds until every point is done, at the pace so far.")
+
+    @property
+    def finished(self) -> int:
+        return self.done + self.failed + self.cached + self.cancelled
+
+
+class PointView(BaseModel):
+    """One point of a sweep: its values, where it is, and how its tries went."""
+
+    index: int
+    params: dict = Field(description="The point's values, as the points manifest has them (cellscale.points).")
+    status: PointStatus
+    tries: int = Field(0, description="Times a task started it.")
+    fault: Fault | None = Field(None, description="Why its last try did not succeed.")
+    node: str | None = Field(None, description="Where its last try ran.")
+    wall_s: float | None = Field(None, description="Seconds its last try took.")
+    error: str | None = Field(None, description="One line: why it failed.")
+    traceback: str | None = Field(None, description="The exception in the cell, from the cell's own frames.")
+    result_job: str | None = Field(
+        None, description="The job whose task wrote its outputs: this sweep, or (cached) an earlier one."
+    )
+    stamp: int = Field(description="Changes whenever the point does (microseconds).")
+
+
+class PointPage(BaseModel):
+    items: list[PointView]
+    stamp: int = Field(description="Pass as since= to get only the points that changed after this page.")
 
 
 class JobPage(BaseModel):

@@ -127,6 +127,21 @@ _EXIT_FAULTS = {
 }
 
 
+class PointStatus(StrEnum):
+    """Where one point of a sweep is (`%%cluster map`): each point is its own task."""
+
+    queued = "queued"  # waiting for a slot of the sweep (or for the sweep's admission)
+    running = "running"  # a task is running it now
+    done = "done"  # it ran and wrote its outputs
+    failed = "failed"  # it raised (user error), or its faults used up their retries
+    cached = "cached"  # an earlier run of the same code on the same point has its result: not run
+    cancelled = "cancelled"  # the sweep was cancelled before it ran
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (PointStatus.queued, PointStatus.running)
+
+
 class PendingCode(StrEnum):
     """Why a PENDING job was not admitted in the last scheduling cycle."""
 
