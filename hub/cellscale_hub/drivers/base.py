@@ -16,7 +16,7 @@ from traitlets import Float, Unicode
 from traitlets.config import LoggingConfigurable
 
 from cellscale.runtime.jobdir import JobDir
-from cellscale.runtime.records import Checkpoint, LaunchPlan, NodeUsage, ResumeReport
+from cellscale.runtime.records import ArrayPlan, Checkpoint, LaunchPlan, NodeUsage, ResumeReport
 from cellscale.spec import BackendView, CheckpointView, JobSpec
 from cellscale.vocabulary import AttemptState, Fault
 from cellscale_hub.cloudbill import Instance, Run
@@ -103,6 +103,29 @@ class Observation:
     held: tuple[float, float | None] | None = None
 
 
+@dataclass(frozen=True)
+class ArrayRef:
+    """One array of a sweep's attempt (a Slurm job array, a local task pool), as a driver sees it."""
+
+    ref: AttemptRef
+    plan: ArrayPlan
+    backend_ref: str | None = None
+    submitted_at: datetime | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.ref.job_id, self.plan.number)
+
+
+@dataclass(frozen=True)
+class TaskEnd:
+    """How a sweep task that left no outcome for some of its points ended, as the backend says."""
+
+    fault: Fault | None  # None: cancelled on request (no budget is spent)
+    words: str
+    node: str | None = None  # the node to blame (an infrastructure fault)
+
+
 def heartbeat_of(ref: AttemptRef, nodes: int) -> tuple[datetime | None, int | None]:
     """(oldest heartbeat across the nodes, step) from the job directory; None until every
     node has beaten once, so one silent node shows as silence."""
@@ -164,6 +187,13 @@ class Driver(LoggingConfigurable):
       bill to attempts (`cloudbill`). Nothing by default.
     - `fence(ref)`: before an attempt that never started moves to another backend, make sure
       it never starts here (the job directory's gate by default).
+    - Sweeps (`JobSpec.sweep`; `runs_sweeps = True`): the control plane (`cellscale_hub.sweeps`)
+      submits a sweep's tasks as arrays and rebalances them; the driver runs them. Override
+      `max_array_size()` (the most indexes one array may have), `submit_array(array)` -> the
+      backend's id (idempotent: `array.ref.resubmit` may find it already there),
+      `live_tasks(arrays)` -> {array.key: {index: "pending" | "running"}} in ONE query for all
+      of them (an index absent has ended), `task_end(array, index)` -> TaskEnd (None while the
+      backend has not settled it), `cancel_array(array)`, `throttle_array(array, n, release)`.
     - The job-directory methods (`prepare`, `read_log`, `log_path`, `log_size`, `checkpoints`,
       `result_file`, and the facts `observe_attempts` adds to each observation) assume a directory
       every node and the control plane share (`ref.job_dir`). A backend whose jobs write elsewhere
@@ -189,6 +219,7 @@ class Driver(LoggingConfigurable):
     ).tag(config=True)
 
     assigns_gpu_ids = False  # True: the control plane picks GPU ids (the backend does not)
+    runs_sweeps = False  # True: it implements the sweep methods (submit_array and the rest)
 
     notify: Callable[[], None] = staticmethod(lambda: None)  # the controller's wake(), once it is set
 
@@ -300,6 +331,26 @@ class Driver(LoggingConfigurable):
         """Make sure an attempt that has not started never starts (before it is moved to another
         backend): True if fenced, False if it had started. The job directory's gate by default."""
         return ref.dir.pass_gate(ref.number, "fenced") == "fenced"
+
+    # -- sweeps (runs_sweeps) ------------------------------------------------------------------------
+    def max_array_size(self) -> int:
+        """The most indexes one array may have (Slurm's MaxArraySize caps the index: 0..size-1)."""
+        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
+
+    def submit_array(self, array: ArrayRef) -> str:
+        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
+
+    def live_tasks(self, arrays: list[ArrayRef]) -> dict[tuple[str, int], dict[int, str]]:
+        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
+
+    def task_end(self, array: ArrayRef, index: int) -> TaskEnd | None:
+        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
+
+    def cancel_array(self, array: ArrayRef) -> None:
+        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
+
+    def throttle_array(self, array: ArrayRef, throttle: int, release: bool) -> None:
+        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
 
     # -- the job directory ----------------------------------------------------------------------
     def prepare(self, ref: AttemptRef, bundle: Path | None) -> None:

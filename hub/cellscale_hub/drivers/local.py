@@ -19,20 +19,24 @@ import time
 from traitlets import Float, Integer, List, Unicode, default
 
 from cellscale.runtime.supervisor import launcher_argv
+from cellscale.runtime.sweepdir import SweepDir
 from cellscale.spec import BackendView
 from cellscale.vocabulary import AttemptState, ExitReason, Fault, Launcher
 from cellscale_hub import proc
 from cellscale_hub.drivers.base import (
+    ArrayRef,
     AttemptRef,
     Driver,
     Observation,
     SpecRejected,
+    TaskEnd,
     as_user,
     hand_to_owner,
     heartbeat_of,
 )
 
 SUPERVISOR = ("-m", "cellscale.runtime.supervisor")
+POOL = ("-m", "cellscale.runtime.sweep", "pool")
 
 
 class LocalDriver(Driver):
@@ -71,6 +75,7 @@ class LocalDriver(Driver):
     ).tag(config=True)
 
     assigns_gpu_ids = True
+    runs_sweeps = True
 
     @default("submit_as")
     def _default_submit_as(self) -> list[str]:
@@ -131,6 +136,8 @@ class LocalDriver(Driver):
         return [*prefix, sys.executable, *SUPERVISOR, str(ref.job_dir), str(ref.number)]
 
     def render(self, ref: AttemptRef) -> str:
+        if ref.spec.sweep is not None:
+            return self._render_pool(ref)
         gpus = ",".join(map(str, ref.gpu_ids)) or "none"
         plan = self.launch_plan(ref)
         each = f", once for each of its {plan.procs_per_node} processes" if plan.launcher is Launcher.jax else ""
@@ -140,6 +147,21 @@ class LocalDriver(Driver):
             f"# the supervisor then starts{each}: {shlex.join(launcher_argv(plan, ref.dir))}",
             f"cd {shlex.quote(str(ref.job_dir))}",
             f"exec {shlex.join(self.argv(ref))}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _render_pool(self, ref: AttemptRef) -> str:
+        sweep = ref.spec.sweep
+        task = [sys.executable, "-m", "cellscale.runtime.sweep", "task", str(ref.job_dir), "1", "INDEX"]
+        lines = [
+            "#!/bin/sh",
+            f"# cellscale local backend: sweep {ref.job_id}, attempt {ref.number}: {sweep.points} point(s) in "
+            f"{sweep.tasks} task(s) of {sweep.per_task}, at most {sweep.slots} at once, each with "
+            f"{ref.spec.resources.gpus_per_node} GPU(s)",
+            "# one task pool per array; each task runs its points one after another:",
+            f"#   {shlex.join(task)}",
+            f"cd {shlex.quote(str(ref.job_dir))}",
+            f"exec {shlex.join(self._pool_argv(ref, 1))}",
         ]
         return "\n".join(lines) + "\n"
 
@@ -199,6 +221,68 @@ class LocalDriver(Driver):
             fault=Fault.INFRASTRUCTURE,
         )
 
+    # -- sweeps: one detached task pool per array ----------------------------------------------------
+    def _pool_argv(self, ref: AttemptRef, number: int) -> list[str]:
+        prefix = as_user(self.submit_as, ref.owner) if self.submit_as else []
+        return [*prefix, sys.executable, *POOL, str(ref.job_dir), str(number)]
+
+    def max_array_size(self) -> int:
+        return 1_000_000  # a pool has no index limit of its own
+
+    def submit_array(self, array: ArrayRef) -> str:
+        ref, number = array.ref, array.plan.number
+        sweep = SweepDir(ref.job_dir)
+        if sweep.pool_alive(number) or sweep.pool_started(number).exists():
+            return array.backend_ref or f"pool:{number}"  # already launched: never twice
+        child = proc.spawn_detached(
+            self._pool_argv(ref, number),
+            cwd=ref.job_dir,
+            log=sweep.arrays / f"{number}.pool.log",
+            env=proc.job_environment(),
+        )
+        self._children[(ref.job_id, -number)] = child
+        threading.Thread(target=self._reap, args=(child,), name=f"reap-{ref.job_id}-{number}", daemon=True).start()
+        return f"pool:{child.pid}"
+
+    def live_tasks(self, arrays: list[ArrayRef]) -> dict[tuple[str, int], dict[int, str]]:
+        out = {}
+        for array in arrays:
+            sweep, number = SweepDir(array.ref.job_dir), array.plan.number
+            if sweep.pool_alive(number):
+                ended = sweep.ended_tasks(number)
+                started = {i for n, i, _ in sweep.started_tasks() if n == number}
+                states = {i: "running" if i in started else "pending" for i in range(len(array.plan.tasks))}
+                out[array.key] = {i: state for i, state in states.items() if i not in ended}
+            elif not sweep.pool_started(number).exists() and self._starting(array):
+                out[array.key] = dict.fromkeys(range(len(array.plan.tasks)), "pending")
+            else:
+                out[array.key] = {}
+        return out
+
+    def _starting(self, array: ArrayRef) -> bool:
+        at = array.submitted_at
+        return at is None or time.time() - at.timestamp() < self.start_grace_seconds
+
+    def task_end(self, array: ArrayRef, index: int) -> TaskEnd:
+        sweep, number = SweepDir(array.ref.job_dir), array.plan.number
+        record = sweep.read_task_end(number, index)
+        if record is not None and record.reason is ExitReason.TIMEOUT:
+            return TaskEnd(Fault.TIMEOUT, record.message or "ran past its time limit")
+        if record is not None:
+            return TaskEnd(Fault.INFRASTRUCTURE, record.message or f"its process ended ({record.reason.value})")
+        return TaskEnd(Fault.INFRASTRUCTURE, "its task pool died before the task ended")
+
+    def cancel_array(self, array: ArrayRef) -> None:
+        pid = _pool_pid(array)
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def throttle_array(self, array: ArrayRef, throttle: int, release: bool) -> None:
+        SweepDir(array.ref.job_dir).write_throttle(array.plan.number, throttle)
+
     def cancel(self, ref: AttemptRef) -> None:
         self._signal(ref, signal.SIGTERM)
 
@@ -217,6 +301,15 @@ class LocalDriver(Driver):
             os.kill(pid, signum)
         except ProcessLookupError:
             pass
+
+
+def _pool_pid(array: ArrayRef) -> int | None:
+    """The pool's pid: what it wrote when it took the array's lock, else the one spawned."""
+    try:
+        return int(SweepDir(array.ref.job_dir).pool_started(array.plan.number).read_text())
+    except (OSError, ValueError):
+        ref = array.backend_ref or ""
+        return int(ref.removeprefix("pool:")) if ref.startswith("pool:") and ref[5:].isdigit() else None
 
 
 def _state_for(reason: ExitReason) -> AttemptState:

@@ -21,7 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from cellscale.vocabulary import AttemptState, EventKind, EventReason, Fault, Phase
+from cellscale.vocabulary import AttemptState, EventKind, EventReason, Fault, Phase, PointStatus
 
 
 def utcnow() -> datetime:
@@ -110,6 +110,8 @@ class Job(Base):
     # the secret the job signs its outputs with (HMAC-SHA256), chosen by the submitting kernel,
     # which checks the tag before it unpickles them; never shown in any view
     result_key: Mapped[str | None] = mapped_column(String(64))
+    # a sweep's points by status (SweepProgress's counts), kept by the controller as they change
+    sweep: Mapped[dict | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -230,6 +232,56 @@ class CapacityRow(Base):
     end: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     gpus: Mapped[int] = mapped_column(Integer)
     usd_per_gpu_hour: Mapped[float] = mapped_column(Double)
+
+
+class SweepPoint(Base):
+    """One point of a sweep: its values, status, tries and where its result is. The result
+    cache is the (owner, key) index: a point with the same key, done in an earlier sweep of
+    the same user, is not run again."""
+
+    __tablename__ = "sweep_points"
+    __table_args__ = (
+        Index("ix_sweep_points_cache", "owner", "key", "status"),
+        Index("ix_sweep_points_job_stamp", "job_id", "stamp"),
+    )
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255))
+    key: Mapped[str] = mapped_column(String(64))  # cellscale.points.point_key
+    params: Mapped[dict] = mapped_column(JSON)
+    status: Mapped[PointStatus] = mapped_column(Vocabulary(PointStatus, 16))
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+    faults: Mapped[list] = mapped_column(JSON, default=list)  # the Fault of each try that did not succeed
+    array: Mapped[int | None] = mapped_column(Integer)  # the array (SweepArray.number) of its last try
+    node: Mapped[str | None] = mapped_column(String(255))
+    wall_s: Mapped[float | None] = mapped_column(Double)
+    error: Mapped[str | None] = mapped_column(Text)
+    traceback: Mapped[str | None] = mapped_column(Text)
+    result_job: Mapped[str | None] = mapped_column(String(32))  # whose task wrote its outputs
+    result_array: Mapped[int | None] = mapped_column(Integer)  # ... in which of that job's arrays
+    stamp: Mapped[int] = mapped_column(BigInteger)  # µs since the epoch of its last change
+
+
+class SweepArray(Base):
+    """One submission of some of a sweep's tasks to the backend (a Slurm job array, a local
+    task pool): which points each of its tasks runs, and its throttle."""
+
+    __tablename__ = "sweep_arrays"
+    __table_args__ = (UniqueConstraint("job_id", "number", name="uq_sweep_arrays_job_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    number: Mapped[int] = mapped_column(Integer)  # 1, 2, ... across the job's attempts
+    offset: Mapped[int] = mapped_column(Integer)  # the sweep's task number of its index 0
+    tasks: Mapped[list] = mapped_column(JSON)  # [[point, ...], ...]: the points of each of its indexes
+    excluded_nodes: Mapped[list] = mapped_column(JSON, default=list)
+    throttle: Mapped[int] = mapped_column(Integer)  # most of its tasks running at once (%N)
+    held: Mapped[bool] = mapped_column(Boolean, default=False)  # submitted held: released when a slot frees
+    backend_ref: Mapped[str | None] = mapped_column(String(255))
+    ended: Mapped[bool] = mapped_column(Boolean, default=False)  # none of its tasks is pending or running
+    submitted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class Event(Base):

@@ -131,3 +131,51 @@ class ResumeReport(BaseModel):
     url: str
     at: float
     skipped: list[Skipped] = Field(default_factory=list)
+
+
+class ArrayPlan(BaseModel):
+    """arrays/<n>.json: one submission of some of a sweep's tasks (a Slurm job array, a local
+    task pool). Its index i runs the points `tasks[i]`, one after another."""
+
+    number: int
+    attempt: int
+    offset: int = Field(0, description="The sweep's task number of index 0 (arrays chunk a sweep by MaxArraySize).")
+    tasks: list[list[int]]
+    throttle: int = Field(description="Most of its tasks running at once (Slurm's %N).")
+    held: bool = Field(False, description="Submitted held: released when a slot of the sweep frees.")
+    timeout_s: float = Field(description="Each task's time limit: the points it runs x the job's --time.")
+    excluded_nodes: list[str] = Field(default_factory=list)
+    slot_gpus: list[list[int]] = Field(
+        default_factory=list, description="Local pools: the GPU ids of each slot (a task takes a free slot)."
+    )
+
+
+class TaskStarted(BaseModel):
+    """runs/<n>.<i>: written by a sweep task when it starts."""
+
+    host: str
+    pid: int
+    at: float
+
+
+class TaskEnded(BaseModel):
+    """runs/<n>.<i>.end: how a sweep task ended (written by the task, or by the local pool when
+    the task died without writing it)."""
+
+    code: int
+    reason: ExitReason
+    at: float
+    message: str | None = None
+
+
+class PointOutcome(BaseModel):
+    """outcomes/<point>.<n>.json: how one try of one point ended (n: the array that ran it)."""
+
+    status: str = Field(description="done | failed")
+    fault: str | None = Field(None, description="A Fault value when it failed.")
+    host: str
+    wall_s: float
+    at: float
+    error: str | None = None
+    traceback: str | None = None
+    result: bool = Field(False, description="It wrote results/<point>.<n>.pkl.")
