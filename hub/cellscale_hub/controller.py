@@ -33,6 +33,7 @@ from cellscale_hub.store import Store, totals, usage
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Attempt, Job, utcnow
 from cellscale_hub.store.tenancy_book import TenancyBook
+from cellscale_hub.sweeps import SweepRunner, settle_points
 from cellscale_hub.telemetry import metering
 from cellscale_hub.telemetry.metrics import Metrics
 from cellscale_hub.tenancy import Tenancy
@@ -106,6 +107,7 @@ class Controller:
         self._alive_at: dict[str, dict[int, datetime]] = {}  # backend -> attempt -> when it last polled running
         self._capacity_metered_at = 0.0
         self.metrics = metrics or Metrics()
+        self.sweeps = SweepRunner(store)  # runs a sweep's points inside its one admission
         self._thread: threading.Thread | None = None
         for driver in drivers.values():
             driver.notify = self.wake  # e.g. a local supervisor exited: reconcile its end now
@@ -297,16 +299,21 @@ class Controller:
                 else f"stopping in {self.preemption_grace_s:.0f} s (it had not started: nothing to checkpoint)"
             ),
         )
-        # only running ranks are warned: a supervisor still starting has no handler for the signal yet
-        return (job.backend, self.ref(job, attempt)) if running else None
+        # only running ranks are warned: a supervisor still starting has no handler for the signal yet;
+        # a sweep's tasks are not warned: its unfinished points run again in its next attempt
+        return (job.backend, self.ref(job, attempt)) if running and not job.spec.get("sweep") else None
 
     def launch(self, driver: Driver, job: Job, attempt: Attempt, resubmit: bool = False) -> None:
         ref = dataclasses.replace(self.ref(job, attempt), resubmit=resubmit)
         spec = ref.spec
         bundle = self.bundles.path(job.owner, spec.inputs_sha256) if spec.inputs_sha256 else None
         try:
-            driver.prepare(ref, bundle)
-            backend_ref = driver.submit(ref)
+            if spec.sweep is not None:
+                driver.prepare(ref, bundle, self._points_manifest(job.owner, spec))
+                backend_ref = self.sweeps.launch(driver, ref)
+            else:
+                driver.prepare(ref, bundle)
+                backend_ref = driver.submit(ref)
             error = None
         except Exception as exc:
             log.exception("submit of %s attempt %d failed", job.id, attempt.number)
@@ -330,6 +337,28 @@ class Controller:
                 message=f"submitted to {driver.name} as {backend_ref}",
             )
 
+    def _points_manifest(self, owner: str, spec: JobSpec) -> Path:
+        manifest = self.bundles.path(owner, spec.sweep.points_sha256)
+        if manifest is None:
+            raise RuntimeError(f"the sweep's points manifest {spec.sweep.points_sha256} is gone from the bundles")
+        return manifest
+
+    def _observe_all(self, driver: Driver, refs: dict[int, AttemptRef], attempts: list[Attempt]):
+        """`driver.observe_attempts` for plain attempts, the sweep runner for sweeps' (raises
+        BackendUnreachable when the backend does not answer)."""
+        sweeps = [ref for ref in refs.values() if ref.spec.sweep is not None]
+        plain = [ref for ref in refs.values() if ref.spec.sweep is None]
+        observed = driver.observe_attempts(plain) if plain else {}
+        if sweeps:
+            now = utcnow()
+            stopping = {
+                a.job_id
+                for a in attempts
+                if a.job.cancel_requested or (a.job.preempt_deadline is not None and a.job.preempt_deadline <= now)
+            }
+            observed |= self.sweeps.observe(driver, sweeps, stopping)
+        return observed
+
     def reconcile(self, backend: str, driver: Driver) -> None:
         """Poll the backend's active attempts (one batched query) and store what changed: an
         attempt whose observation is the same as last cycle's costs no write."""
@@ -346,7 +375,7 @@ class Controller:
             return
         polled_at = utcnow()  # what the poll says running was running at this time (or later)
         try:
-            observations = driver.observe_attempts(list(refs.values()))
+            observations = self._observe_all(driver, refs, attempts)
         except BackendUnreachable as exc:
             observations = self._while_lost(backend, attempts, refs, str(exc))
         else:
@@ -573,6 +602,8 @@ class Controller:
             held_s = (attempt.ended_at - attempt.started_at).total_seconds()
             totals.note_ended(session, job.cluster_queue, job.gpus * held_s)
         attempt.failed_nodes = list(obs.failed_nodes)
+        if job.spec.get("sweep"):  # points its attempt left unsettled: cancelled, or run by the next attempt
+            settle_points(session, job, cancelled=job.cancel_requested)
         preempted = (
             job.preempt_deadline is not None and not job.cancel_requested and obs.state is not AttemptState.SUCCEEDED
         )
@@ -674,7 +705,10 @@ class Controller:
         for ref in targets:
             if ref.key not in self._cancel_sent:
                 self._cancel_sent.add(ref.key)
-                driver.cancel(ref)
+                if ref.spec.sweep is not None:
+                    self.sweeps.cancel(driver, ref)
+                else:
+                    driver.cancel(ref)
 
 
 METER_LAG_S = 2.0

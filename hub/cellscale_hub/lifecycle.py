@@ -10,7 +10,7 @@ from cellscale.spec import AttemptState, Phase
 
 P = Phase
 ALLOWED: dict[Phase, frozenset[Phase]] = {
-    P.PENDING: frozenset({P.ADMITTED, P.CANCELLED, P.FAILED}),
+    P.PENDING: frozenset({P.ADMITTED, P.CANCELLED, P.FAILED, P.SUCCEEDED}),  # SUCCEEDED: a sweep all cached
     P.ADMITTED: frozenset({P.STARTING, P.RUNNING, P.SUCCEEDED, P.FAILED, P.CANCELLED, P.PENDING}),
     P.STARTING: frozenset({P.RUNNING, P.SUCCEEDED, P.FAILED, P.CANCELLED, P.RECOVERING}),
     P.RUNNING: frozenset({P.SUCCEEDED, P.FAILED, P.CANCELLED, P.RECOVERING}),

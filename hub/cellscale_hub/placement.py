@@ -54,6 +54,7 @@ class Placement:
     spec: JobSpec  # shaped for the backend
     backends: tuple[str, ...] = ()  # more than one: admission chooses among these sites' backends
     data: tuple[tuple[str, float], ...] = ()  # (home site, GB) of each dataset it reads
+    note: str | None = None  # what placement changed, in words (a sweep's --max-parallel lowered to fit)
 
     def stored(self) -> dict | None:
         """What the store keeps of a choice of sites (jobs.placement); None: one backend, no data."""
@@ -85,11 +86,16 @@ def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec:
         raise NeverFits(refusals[0] if len(refusals) == 1 else "; ".join(refusals))
     backend, spec = next(iter(shaped.items()))
     flavors = [f for f in tenancy.flavors_for(cluster_queue) if tenancy.flavors[f].backend in shaped]
-    res = spec.resources
+    res = spec.demand  # a sweep holds its slots' resources at once
     best = never_fits(tenancy, cluster_queue, flavors, Amounts(res.gpus, res.cpus, res.memory_mb))
+    note = None
+    while best is not None and spec.sweep is not None:  # each resource may lower it once
+        spec, note = _fewer_slots(best, spec, cluster_queue)
+        res = spec.demand
+        best = never_fits(tenancy, cluster_queue, flavors, Amounts(res.gpus, res.cpus, res.memory_mb))
     if best is not None:
         raise NeverFits(_never_words(best, res, cluster_queue))
-    return Placement(who.tenant, queue, cluster_queue, priority, backend, spec, tuple(shaped), data)
+    return Placement(who.tenant, queue, cluster_queue, priority, backend, spec, tuple(shaped), data, note)
 
 
 def _shaped(drivers: Mapping[str, Driver], backends: list[str], spec: JobSpec) -> tuple[dict[str, JobSpec], list[str]]:
@@ -99,6 +105,9 @@ def _shaped(drivers: Mapping[str, Driver], backends: list[str], spec: JobSpec) -
     refusals = []
     for backend in backends:
         driver = drivers[backend]
+        if spec.sweep is not None and not driver.runs_sweeps:
+            refusals.append(f"backend {backend!r} does not run sweeps (%%cluster map); pick one with --backend")
+            continue
         try:
             mine = driver.shape(spec)
             driver.validate(mine)
@@ -149,6 +158,27 @@ def _backends(
             f"is not allowed; add --burst allow"
         )
     return list(dict.fromkeys(tenancy.flavors[f].backend for f in allowed))
+
+
+def _fewer_slots(best: Ceiling, spec: JobSpec, cluster_queue: str) -> tuple[JobSpec, str]:
+    """A sweep whose --max-parallel tasks could never all be admitted at once runs as many as
+    the queue can ever hold (--max-parallel is a bound, not a demand); one task that can never
+    be admitted is refused."""
+    task = spec.resources
+    each = {Resource.gpu: task.gpus, Resource.cpu: task.cpus, Resource.memory: task.memory_mb}[best.resource]
+    most = best.most // each if each else 0
+    limit = amount_words(best.resource, best.most, best.flavor)
+    if most < 1:
+        raise NeverFits(
+            f"one task of the sweep ({amount_words(best.resource, each, best.flavor)}) can never be admitted: queue "
+            f"{cluster_queue} can get at most {limit}; ask for less per point, or ask an admin to raise the quota"
+        )
+    sweep = spec.sweep.model_copy(update={"max_parallel": most})
+    note = (
+        f"runs at most {most} tasks at once, not --max-parallel {spec.sweep.max_parallel}: queue {cluster_queue} "
+        f"can get at most {limit}"
+    )
+    return spec.model_copy(update={"sweep": sweep}), note
 
 
 def _never_words(best: Ceiling, res: Resources, cluster_queue: str) -> str:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
+from cellscale.points import GridError, read_manifest
 from cellscale.spec import (
     MAX_INPUTS_BYTES,
     MAX_SAFE_INT,
@@ -32,7 +33,7 @@ from cellscale.spec import (
     exec_refusal,
 )
 from cellscale.vocabulary import EventKind, EventReason, Phase
-from cellscale_hub.api import admin, cost, logs, oauth
+from cellscale_hub.api import admin, cost, logs, oauth, points
 from cellscale_hub.api.context import Context, context, require
 from cellscale_hub.api.edge import DEFAULT_MAX_BODY_BYTES, InputEdge
 from cellscale_hub.api.errors import install_error_handlers, refusals
@@ -45,6 +46,7 @@ from cellscale_hub.store import jobs as q
 from cellscale_hub.store import usage
 from cellscale_hub.store.jobs import IdempotencyConflict
 from cellscale_hub.store.models import Job, utcnow
+from cellscale_hub.sweeps import create_points, settle_points
 from cellscale_hub.telemetry import costs
 
 Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
@@ -75,6 +77,7 @@ def build_app(ctx: Context, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Fas
     _job_routes(router)
     admin.routes(router)
     cost.routes(router)
+    points.routes(router, visible_job)
     app.include_router(router)
     app.include_router(admin.page(prefix))
     app.include_router(oauth.router(prefix))
@@ -173,6 +176,8 @@ def _job_routes(router: APIRouter) -> None:
                 f"inputs bundle {spec.inputs_sha256} was not uploaded by you (nor shared with you); "
                 "POST it to /api/bundles first",
             )
+        grid = _points(ctx, who, spec) if spec.sweep else None
+        demand = spec.demand  # a sweep holds its slots at once
         job = Job(
             id=ctx.new_job_id(),
             idempotency_key=idempotency_key or ctx.new_job_id(),
@@ -186,11 +191,11 @@ def _job_routes(router: APIRouter) -> None:
             name=spec.name,
             spec=spec.model_dump(mode="json"),
             inputs_sha256=spec.inputs_sha256,
-            gpus=spec.resources.gpus,
-            cpus=spec.resources.cpus,
-            memory_mb=spec.resources.memory_mb,
+            gpus=demand.gpus,
+            cpus=demand.cpus,
+            memory_mb=demand.memory_mb,
             phase=Phase.PENDING,
-            reason="waiting for admission",
+            reason=f"waiting for admission; {where.note}" if where.note else "waiting for admission",
             result_key=body.result_key,
         )
         with ctx.store.session() as session:
@@ -199,6 +204,15 @@ def _job_routes(router: APIRouter) -> None:
                 job, created = q.insert_job(session, job)
             except IdempotencyConflict as exc:
                 raise HTTPException(409, str(exc)) from exc
+            if created and grid is not None and not create_points(session, job, spec, grid):
+                job.result_available = bool(spec.outputs)
+                q.transition(
+                    session,
+                    job,
+                    Phase.SUCCEEDED,
+                    EventReason.Finished,
+                    message=f"all {len(grid)} points' results are cached from earlier runs of this code: nothing ran",
+                )
             view = q.job_view(job, ctx.waiting.view(job.id), ctx.tenancy.current.resource_weights)
         ctx.wake()
         return JSONResponse(view.model_dump(mode="json"), status_code=201 if created else 200)
@@ -262,6 +276,8 @@ def _job_routes(router: APIRouter) -> None:
                 job.cancel_requested = True
                 q.add_event(session, job, kind=EventKind.CANCEL, reason=EventReason.CancelRequested, actor=who.user)
                 if job.phase is Phase.PENDING:
+                    if job.spec.get("sweep"):
+                        settle_points(session, job, cancelled=True)
                     q.transition(
                         session,
                         job,
@@ -384,6 +400,22 @@ def _placement(ctx: Context, who: Principal, spec: JobSpec) -> Placement:
     return where
 
 
+def _points(ctx: Context, who: Principal, spec: JobSpec) -> list[dict]:
+    """The sweep's points from its uploaded manifest (JSON, checked as the kernel makes it)."""
+    path = ctx.bundles.path(who.user, spec.sweep.points_sha256)
+    if path is None:
+        raise HTTPException(
+            422, f"points manifest {spec.sweep.points_sha256} was not uploaded by you; POST it to /api/bundles first"
+        )
+    try:
+        grid = read_manifest(path.read_bytes())
+    except GridError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    if len(grid) != spec.sweep.points:
+        raise HTTPException(422, f"the sweep says {spec.sweep.points} points; its manifest has {len(grid)}")
+    return grid
+
+
 def _estimate(session, ctx: Context, who: Principal, where: Placement) -> CostEstimate:
     """What the job would cost on its queue's first flavor there (dollars against its desk's budget)."""
     tenancy = ctx.tenancy.current
@@ -391,5 +423,5 @@ def _estimate(session, ctx: Context, who: Principal, where: Placement) -> CostEs
     spend = usage.budget_spend(session, tenancy, utcnow(), only={where.tenant}).get(where.tenant)
     spec = where.spec
     return costs.estimate(
-        session, tenancy, who.user, spec, spec.resources.gpus, flavors[0] if flavors else None, spend, where.tenant
+        session, tenancy, who.user, spec, spec.demand.gpus, flavors[0] if flavors else None, spend, where.tenant
     )

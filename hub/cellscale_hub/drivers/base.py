@@ -15,8 +15,9 @@ from pathlib import Path
 from traitlets import Float, Unicode
 from traitlets.config import LoggingConfigurable
 
-from cellscale.runtime.jobdir import JobDir
+from cellscale.runtime.jobdir import JobDir, write_atomic
 from cellscale.runtime.records import ArrayPlan, Checkpoint, LaunchPlan, NodeUsage, ResumeReport
+from cellscale.runtime.sweepdir import SweepDir
 from cellscale.spec import BackendView, CheckpointView, JobSpec
 from cellscale.vocabulary import AttemptState, Fault
 from cellscale_hub.cloudbill import Instance, Run
@@ -353,9 +354,19 @@ class Driver(LoggingConfigurable):
         raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
 
     # -- the job directory ----------------------------------------------------------------------
-    def prepare(self, ref: AttemptRef, bundle: Path | None) -> None:
-        """Write what the attempt's runtime reads (cell, inputs, plan) before `submit`."""
+    def prepare(self, ref: AttemptRef, bundle: Path | None, points: Path | None = None) -> None:
+        """Write what the attempt's runtime reads (cell, inputs, plan; a sweep's points
+        manifest and folders) before `submit`."""
         ref.dir.prepare(ref.number, ref.spec.source, self.launch_plan(ref), bundle, ref.result_key)
+        if points is not None:
+            sweep = self.sweep_dir(ref.job_dir)
+            sweep.make_dirs()
+            if not sweep.points.exists():
+                write_atomic(sweep.points, points.read_bytes(), mode=0o644)
+
+    def sweep_dir(self, job_dir: Path) -> SweepDir:
+        """A sweep's files in its job directory (what its tasks wrote), read by the sweep runner."""
+        return SweepDir(job_dir)
 
     def observe_attempts(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
         """`poll`, with what the job directory adds: the attempt's newest checkpoint, the
@@ -406,6 +417,22 @@ class Driver(LoggingConfigurable):
             for n in attempts
             for c in JobDir(job_dir).read_checkpoints(n)
         ]
+
+    def point_result_file(self, job_dir: Path, point: int, array: int) -> tuple[Path, str | None] | None:
+        """One sweep point's pickled outputs as its try in `array` wrote them, and their tag."""
+        sweep = self.sweep_dir(job_dir)
+        path = sweep.result_file(point, array)
+        return (path, sweep.point_result_tag(point, array)) if path.exists() else None
+
+    def read_point_log(self, job_dir: Path, point: int, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        """Bytes of one sweep point's own log from `offset`, and its size."""
+        try:
+            with open(self.sweep_dir(job_dir).point_log(point), "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(max_bytes)
+                return data, handle.seek(0, os.SEEK_END)
+        except FileNotFoundError:
+            return b"", 0
 
     def result_file(self, job_dir: Path) -> tuple[Path, str | None] | None:
         """Rank 0's pickled outputs (opaque bytes to the control plane) and the job's tag of

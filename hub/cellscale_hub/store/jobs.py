@@ -13,7 +13,16 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from cellscale.spec import AttemptView, CostEstimate, EventView, JobCost, JobSpec, JobView, PendingView
+from cellscale.spec import (
+    AttemptView,
+    CostEstimate,
+    EventView,
+    JobCost,
+    JobSpec,
+    JobView,
+    PendingView,
+    SweepProgress,
+)
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, ACTIVE_PHASES, TERMINAL_PHASES, EventKind, EventReason, Phase
 from cellscale_hub.lifecycle import check_transition
 from cellscale_hub.scheduling.resources import Amounts
@@ -272,6 +281,22 @@ def job_view(job: Job, waiting: PendingView | None = None, weights: ResourceWeig
         estimate=CostEstimate.model_validate(job.estimate) if job.estimate else None,
         cost=job_cost(job),
         service_gpu_hours=service_s / 3600,
+        sweep=sweep_progress(job),
+    )
+
+
+def sweep_progress(job: Job) -> SweepProgress | None:
+    """A sweep's points by status, as the controller keeps them in jobs.sweep (None: not a sweep)."""
+    spec = job.spec.get("sweep")
+    if not spec:
+        return None
+    kept = job.sweep or {}
+    return SweepProgress(
+        points=spec["points"],
+        max_parallel=min(spec["max_parallel"], -(-spec["points"] // spec.get("per_task", 1))),
+        **{k: kept.get(k, 0) for k in ("queued", "running", "done", "failed", "cached", "cancelled", "retried")},
+        arrays=kept.get("arrays", 0),
+        eta_s=kept.get("eta_s"),
     )
 
 

@@ -260,6 +260,7 @@ class SweepPoint(Base):
     traceback: Mapped[str | None] = mapped_column(Text)
     result_job: Mapped[str | None] = mapped_column(String(32))  # whose task wrote its outputs
     result_array: Mapped[int | None] = mapped_column(Integer)  # ... in which of that job's arrays
+    result_point: Mapped[int | None] = mapped_column(Integer)  # ... as which of that job's points
     stamp: Mapped[int] = mapped_column(BigInteger)  # µs since the epoch of its last change
 
 

@@ -492,6 +492,68 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/jobs/{job_id}/points": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Points
+         * @description A sweep's points in index order, from `offset`: only those that changed after stamp
+         *     `since` (pass a page's `stamp` next time), or only those with `status`.
+         */
+        get: operations["points_api_jobs__job_id__points_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/jobs/{job_id}/points/{index}/result": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Point Result
+         * @description One point's outputs, pickled by its task, signed with the key of the job whose task
+         *     wrote them (this sweep, or the earlier one a cached point comes from).
+         */
+        get: operations["point_result_api_jobs__job_id__points__index__result_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/jobs/{job_id}/points/{index}/logs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Point Logs
+         * @description One point's own log: what the cell printed on that point, every try.
+         */
+        get: operations["point_logs_api_jobs__job_id__points__index__logs_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1220,6 +1282,8 @@ export interface components {
              * @description Variables returned from rank 0 (at most 256, 128 characters each).
              */
             outputs?: string[];
+            /** @description Run the cell once per point of a grid (each point's values bound as variables). */
+            sweep?: components["schemas"]["Sweep"] | null;
         };
         /**
          * JobView
@@ -1300,6 +1364,8 @@ export interface components {
             estimate?: components["schemas"]["CostEstimate"] | null;
             /** @description What it held, used and cost so far (None: never held GPUs). */
             cost?: components["schemas"]["JobCost"] | null;
+            /** @description A sweep's points by status (sweeps only). */
+            sweep?: components["schemas"]["SweepProgress"] | null;
             /**
              * Service Gpu Hours
              * @description Service received so far, in GPU-equivalent hours (held hours × its GPUs, CPUs and memory under the tenancy's resource weights), every attempt's, the running one up to now: within its desk, jobs that received less go first.
@@ -1431,6 +1497,76 @@ export interface components {
          * @enum {string}
          */
         Phase: "PENDING" | "ADMITTED" | "STARTING" | "RUNNING" | "RECOVERING" | "SUCCEEDED" | "FAILED" | "CANCELLED";
+        /** PointPage */
+        PointPage: {
+            /** Items */
+            items: components["schemas"]["PointView"][];
+            /**
+             * Stamp
+             * @description Pass as since= to get only the points that changed after this page.
+             */
+            stamp: number;
+        };
+        /**
+         * PointStatus
+         * @description Where one point of a sweep is (`%%cluster map`): each point is its own task.
+         * @enum {string}
+         */
+        PointStatus: "queued" | "running" | "done" | "failed" | "cached" | "cancelled";
+        /**
+         * PointView
+         * @description One point of a sweep: its values, where it is, and how its tries went.
+         */
+        PointView: {
+            /** Index */
+            index: number;
+            /**
+             * Params
+             * @description The point's values, as the points manifest has them (cellscale.points).
+             */
+            params: {
+                [key: string]: unknown;
+            };
+            status: components["schemas"]["PointStatus"];
+            /**
+             * Tries
+             * @description Times a task started it.
+             * @default 0
+             */
+            tries: number;
+            /** @description Why its last try did not succeed. */
+            fault?: components["schemas"]["Fault"] | null;
+            /**
+             * Node
+             * @description Where its last try ran.
+             */
+            node?: string | null;
+            /**
+             * Wall S
+             * @description Seconds its last try took.
+             */
+            wall_s?: number | null;
+            /**
+             * Error
+             * @description One line: why it failed.
+             */
+            error?: string | null;
+            /**
+             * Traceback
+             * @description The exception in the cell, from the cell's own frames.
+             */
+            traceback?: string | null;
+            /**
+             * Result Job
+             * @description The job whose task wrote its outputs: this sweep, or (cached) an earlier one.
+             */
+            result_job?: string | null;
+            /**
+             * Stamp
+             * @description Changes whenever the point does (microseconds).
+             */
+            stamp: number;
+        };
         /**
          * QueueUsage
          * @description One ClusterQueue's quota and what it uses, as its desk and admins see it.
@@ -1663,6 +1799,96 @@ export interface components {
              * @description A secret the job signs its outputs with (HMAC-SHA256, 64 hex digits), chosen by the client, which checks the signature before it unpickles them. Kept by the control plane, never shown in a view.
              */
             result_key?: string | null;
+        };
+        /**
+         * Sweep
+         * @description The cell runs once per point of a grid (`%%cluster map`): every point is its own task with
+         *     its own result, log and retries, and the whole sweep is ONE job for admission, holding
+         *     `max_parallel` times `resources` (each task's) while it runs.
+         */
+        Sweep: {
+            /**
+             * Points
+             * @description How many points the grid has.
+             */
+            points: number;
+            /**
+             * Points Sha256
+             * @description The uploaded points manifest (POST /api/bundles): JSON, {"points": [{"name": value, ...}, ...]} (cellscale.points); read by the control plane, never unpickled.
+             */
+            points_sha256: string;
+            /**
+             * Max Parallel
+             * @description Most tasks running at once (--max-parallel).
+             * @default 64
+             */
+            max_parallel: number;
+            /**
+             * Per Task
+             * @description Points one task runs one after another (--per-task): for tiny points.
+             * @default 1
+             */
+            per_task: number;
+        };
+        /**
+         * SweepProgress
+         * @description A sweep's points by status, as the panel's progress bar and the notebook's line show it.
+         */
+        SweepProgress: {
+            /** Points */
+            points: number;
+            /**
+             * Queued
+             * @default 0
+             */
+            queued: number;
+            /**
+             * Running
+             * @default 0
+             */
+            running: number;
+            /**
+             * Done
+             * @default 0
+             */
+            done: number;
+            /**
+             * Failed
+             * @default 0
+             */
+            failed: number;
+            /**
+             * Cached
+             * @default 0
+             */
+            cached: number;
+            /**
+             * Cancelled
+             * @default 0
+             */
+            cancelled: number;
+            /**
+             * Retried
+             * @description Points that needed more than one try.
+             * @default 0
+             */
+            retried: number;
+            /**
+             * Max Parallel
+             * @description Most tasks in flight at once.
+             */
+            max_parallel: number;
+            /**
+             * Arrays
+             * @description Backend submissions so far (Slurm job arrays; local task pools).
+             * @default 0
+             */
+            arrays: number;
+            /**
+             * Eta S
+             * @description Seconds until every point is done, at the pace so far.
+             */
+            eta_s?: number | null;
         };
         /** TenancyView */
         TenancyView: {
@@ -3224,6 +3450,202 @@ export interface operations {
             };
             /** @description The token lacks the scope, or the job or action is not yours. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    points_api_jobs__job_id__points_get: {
+        parameters: {
+            query?: {
+                since?: number;
+                status?: components["schemas"]["PointStatus"] | null;
+                offset?: number;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PointPage"];
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such job (or not visible to you), queue or flavor. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    point_result_api_jobs__job_id__points__index__result_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: string;
+                index: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    /** @description HMAC-SHA256 under the key of PointView.result_job */
+                    "X-Cellscale-Result-Tag"?: unknown;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "application/octet-stream": unknown;
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such job (or not visible to you), queue or flavor. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The job's backend is not configured on this control plane any more. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    point_logs_api_jobs__job_id__points__index__logs_get: {
+        parameters: {
+            query?: {
+                offset?: number;
+                max_bytes?: number;
+            };
+            header?: never;
+            path: {
+                job_id: string;
+                index: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LogChunk"];
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such job (or not visible to you), queue or flavor. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

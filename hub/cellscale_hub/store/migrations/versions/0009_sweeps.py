@@ -36,6 +36,7 @@ def upgrade() -> None:
         sa.Column("traceback", sa.Text(), nullable=True),
         sa.Column("result_job", sa.String(32), nullable=True),
         sa.Column("result_array", sa.Integer(), nullable=True),
+        sa.Column("result_point", sa.Integer(), nullable=True),
         sa.Column("stamp", sa.BigInteger(), nullable=False),
     )
     op.create_index("ix_sweep_points_cache", "sweep_points", ["owner", "key", "status"])

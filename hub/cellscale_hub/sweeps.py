@@ -1,0 +1,511 @@
+"""Sweeps: one job, many points (`%%cluster map`). The job is admitted once, for its slots
+(`JobSpec.sweep.slots` tasks of `resources` at once); this module runs its points inside
+that grant:
+
+- at submit, `create_points` stores one row per point and looks each up in the owner's
+  result cache (same code, same point: its earlier result, nothing to run);
+- `SweepRunner.launch` submits the points to run as arrays (Slurm job arrays chunked by the
+  cluster's live MaxArraySize; local task pools), throttled so that at most `slots` tasks
+  run at once across all of them (`throttles`);
+- `SweepRunner.observe` reads what tasks wrote (one outcome file per point), retries a
+  point by its fault class within the job's budgets (a user error is not retried by
+  default; a node failure is, on other nodes), rebalances the throttles as arrays drain, and
+  ends the attempt when every point is settled.
+
+The pure parts (`pack`, `chunk`, `throttles`, `counts`) are table-tested; the rest talks to the
+store, the job directory and the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session
+
+from cellscale.points import point_key
+from cellscale.spec import JobSpec, PointView
+from cellscale.vocabulary import AttemptState, Fault, PointStatus
+from cellscale_hub.drivers.base import ArrayPlan, ArrayRef, AttemptRef, Driver, Observation
+from cellscale_hub.faults import decide
+from cellscale_hub.store import Store
+from cellscale_hub.store.models import Job, SweepArray, SweepPoint, utcnow
+
+log = logging.getLogger("cellscale.sweeps")
+
+CACHE_CHUNK = 500
+"""Keys per cache lookup query (an IN list)."""
+
+SETTLED = (PointStatus.done, PointStatus.failed, PointStatus.cached, PointStatus.cancelled)
+CACHEABLE = (PointStatus.done, PointStatus.cached)
+
+
+def stamp_now() -> int:
+    return time.time_ns() // 1000
+
+
+# -- pure rules -----------------------------------------------------------------------------------
+def pack(points: Sequence[int], per_task: int) -> list[list[int]]:
+    """Points to tasks, `per_task` in each, in order."""
+    return [list(points[i : i + per_task]) for i in range(0, len(points), per_task)]
+
+
+def chunk(tasks: Sequence[list[int]], max_array_size: int) -> list[tuple[int, list[list[int]]]]:
+    """Tasks to arrays of at most `max_array_size` indexes, each with its offset (the sweep's
+    task number of its index 0): MaxArraySize caps the INDEX, so a second array starts at 0
+    again rather than at 1001."""
+    size = max(1, max_array_size)
+    return [(start, list(tasks[start : start + size])) for start in range(0, len(tasks), size)]
+
+
+def throttles(slots: int, arrays: Sequence[tuple[int, int]]) -> list[int]:
+    """Each array's throttle, oldest first, for (tasks pending or running, tasks running) per
+    array: never below what runs now (Slurm does not stop a running task when its throttle
+    drops), the rest of `slots` to the oldest arrays first (they drain and end, and the next
+    array takes over). The sum never exceeds `slots`, so neither do the tasks in flight. 0:
+    held (Slurm's %0 would mean no limit)."""
+    budget = slots - sum(min(running, live) for live, running in arrays)
+    out = []
+    for live, running in arrays:
+        running = min(running, live)
+        extra = max(0, min(live - running, budget))
+        budget -= extra
+        out.append(running + extra)
+    return out
+
+
+def counts(statuses: Iterable[PointStatus], retried: int = 0) -> dict[str, int]:
+    found = Counter(statuses)
+    return {status.value: found.get(status, 0) for status in PointStatus} | {"retried": retried}
+
+
+def point_view(row: SweepPoint) -> PointView:
+    return PointView(
+        index=row.index,
+        params=row.params,
+        status=row.status,
+        tries=row.tries,
+        fault=Fault(row.faults[-1]) if row.faults and row.status is not PointStatus.done else None,
+        node=row.node,
+        wall_s=row.wall_s,
+        error=row.error,
+        traceback=row.traceback,
+        result_job=row.result_job,
+        stamp=row.stamp,
+    )
+
+
+# -- at submit ------------------------------------------------------------------------------------
+def create_points(session: Session, job: Job, spec: JobSpec, points: list[dict]) -> int:
+    """Store the sweep's points, each looked up in the owner's result cache (a point done
+    before with the same code: its result, not run again); the number of points to run."""
+    code = spec.code_key()
+    keys = [point_key(code, p) for p in points]
+    cached = _cached(session, job.owner, keys)
+    stamp = stamp_now()
+    rows = []
+    for index, (params, key) in enumerate(zip(points, keys, strict=True)):
+        hit = cached.get(key)
+        rows.append(
+            {
+                "job_id": job.id,
+                "index": index,
+                "owner": job.owner,
+                "key": key,
+                "params": params,
+                "status": PointStatus.cached if hit else PointStatus.queued,
+                "tries": 0,
+                "faults": [],
+                "array": None,
+                "node": hit.node if hit else None,
+                "wall_s": hit.wall_s if hit else None,
+                "error": None,
+                "traceback": None,
+                "result_job": hit.result_job if hit else None,
+                "result_array": hit.result_array if hit else None,
+                "result_point": hit.result_point if hit else None,
+                "stamp": stamp,
+            }
+        )
+    session.execute(insert(SweepPoint), rows)
+    hits = sum(1 for key in keys if key in cached)
+    job.sweep = counts([PointStatus.cached] * hits + [PointStatus.queued] * (len(points) - hits))
+    return len(points) - hits
+
+
+@dataclass(frozen=True)
+class _Hit:
+    result_job: str | None
+    result_array: int | None
+    result_point: int | None
+    node: str | None
+    wall_s: float | None
+
+
+def _cached(session: Session, owner: str, keys: list[str]) -> dict[str, _Hit]:
+    found: dict[str, _Hit] = {}
+    unique = sorted(set(keys))
+    for start in range(0, len(unique), CACHE_CHUNK):
+        query = select(
+            SweepPoint.key,
+            SweepPoint.result_job,
+            SweepPoint.result_array,
+            SweepPoint.result_point,
+            SweepPoint.node,
+            SweepPoint.wall_s,
+        ).where(
+            SweepPoint.owner == owner,
+            SweepPoint.key.in_(unique[start : start + CACHE_CHUNK]),
+            SweepPoint.status.in_(CACHEABLE),
+        )
+        for key, job_id, array, point, node, wall in session.execute(query):
+            found[key] = _Hit(job_id, array, point, node, wall)
+    return found
+
+
+def settle_points(session: Session, job: Job, cancelled: bool) -> None:
+    """The sweep's attempt ended (or it was cancelled while it waited): its points still
+    queued or running are cancelled (the job was) or queued again for its next attempt (it was
+    preempted); its counts follow."""
+    target = PointStatus.cancelled if cancelled else PointStatus.queued
+    session.execute(
+        update(SweepPoint)
+        .where(SweepPoint.job_id == job.id, SweepPoint.status.not_in(SETTLED))
+        .values(status=target, array=None, stamp=stamp_now())
+    )
+    statuses = list(session.scalars(select(SweepPoint.status).where(SweepPoint.job_id == job.id)))
+    job.sweep = (job.sweep or {}) | counts(statuses, (job.sweep or {}).get("retried", 0)) | {"eta_s": None}
+
+
+# -- while it runs ----------------------------------------------------------------------------------
+@dataclass
+class _Seen:
+    """What the runner already read from one sweep's job directory (re-read after a restart:
+    applying an outcome or a start again changes nothing)."""
+
+    outcomes: set[str] = field(default_factory=set)
+    starts: set[tuple[int, int]] = field(default_factory=set)
+    first_start: float | None = None
+
+
+class SweepRunner:
+    def __init__(self, store: Store):
+        self.store = store
+        self._seen: dict[tuple[str, int], _Seen] = {}
+
+    # -- launch ---------------------------------------------------------------------------------
+    def launch(self, driver: Driver, ref: AttemptRef) -> str:
+        """Submit the attempt's first arrays: every point not settled yet, packed into tasks,
+        chunked by the backend's array size, throttled to the sweep's slots in all. Idempotent:
+        arrays stored before a restart are found again (the driver's submit_array adopts them)."""
+        sweep = ref.spec.sweep
+        with self.store.session() as session:
+            arrays = self._arrays(session, ref)
+            if not arrays:
+                todo = list(
+                    session.scalars(
+                        select(SweepPoint.index)
+                        .where(SweepPoint.job_id == ref.job_id, SweepPoint.status.not_in(SETTLED))
+                        .order_by(SweepPoint.index)
+                    )
+                )
+                tasks = pack(todo, sweep.per_task)
+                chunks = chunk(tasks, driver.max_array_size())
+                limits = throttles(ref.spec.slots, [(len(t), 0) for _, t in chunks])
+                first = self._next_number(session, ref.job_id)
+                for k, ((offset, part), limit) in enumerate(zip(chunks, limits, strict=True)):
+                    arrays.append(self._new_array(session, ref, first + k, offset, part, limit, []))
+                self._assign(session, ref.job_id, arrays)
+        for row in arrays:
+            self._submit(driver, ref, row)
+        return _summary(arrays)
+
+    def _new_array(
+        self, session: Session, ref: AttemptRef, number: int, offset: int, tasks, throttle: int, exclude: list[str]
+    ) -> SweepArray:
+        row = SweepArray(
+            job_id=ref.job_id,
+            attempt=ref.number,
+            number=number,
+            offset=offset,
+            tasks=tasks,
+            excluded_nodes=sorted(exclude),
+            throttle=throttle,
+            held=throttle == 0,
+            ended=False,
+        )
+        session.add(row)
+        session.flush()
+        return row
+
+    @staticmethod
+    def _assign(session: Session, job_id: str, arrays: list[SweepArray]) -> None:
+        """Each point's current try belongs to the array that will run it."""
+        for row in arrays:
+            points = [p for task in row.tasks for p in task]
+            for start in range(0, len(points), CACHE_CHUNK):
+                session.execute(
+                    update(SweepPoint)
+                    .where(SweepPoint.job_id == job_id, SweepPoint.index.in_(points[start : start + CACHE_CHUNK]))
+                    .values(array=row.number, status=PointStatus.queued, stamp=stamp_now())
+                )
+
+    @staticmethod
+    def _next_number(session: Session, job_id: str) -> int:
+        numbers = session.scalars(select(SweepArray.number).where(SweepArray.job_id == job_id))
+        return max(numbers, default=0) + 1
+
+    @staticmethod
+    def _arrays(session: Session, ref: AttemptRef) -> list[SweepArray]:
+        query = select(SweepArray).where(SweepArray.job_id == ref.job_id, SweepArray.attempt == ref.number)
+        return list(session.scalars(query.order_by(SweepArray.number)))
+
+    def _submit(self, driver: Driver, ref: AttemptRef, row: SweepArray) -> None:
+        if row.backend_ref:
+            return
+        plan = self._plan(driver, ref, row)
+        driver.sweep_dir(ref.job_dir).write_array(plan)
+        backend_ref = driver.submit_array(ArrayRef(ref, plan))
+        with self.store.session() as session:
+            stored = session.get(SweepArray, row.id)
+            stored.backend_ref, stored.submitted_at = backend_ref, utcnow()
+        row.backend_ref, row.submitted_at = backend_ref, utcnow()
+
+    @staticmethod
+    def _plan(driver: Driver, ref: AttemptRef, row: SweepArray) -> ArrayPlan:
+        res = ref.spec.resources
+        per_slot = res.gpus_per_node
+        slots = []
+        if driver.assigns_gpu_ids and per_slot:
+            ids = list(ref.gpu_ids)
+            slots = [ids[i : i + per_slot] for i in range(0, len(ids) - per_slot + 1, per_slot)]
+        longest = max((len(task) for task in row.tasks), default=1)
+        return ArrayPlan(
+            number=row.number,
+            attempt=row.attempt,
+            offset=row.offset,
+            tasks=row.tasks,
+            throttle=row.throttle,
+            held=row.held,
+            timeout_s=res.timeout_min * 60.0 * longest,
+            excluded_nodes=row.excluded_nodes,
+            slot_gpus=slots,
+        )
+
+    def array_refs(self, driver: Driver, ref: AttemptRef, rows: list[SweepArray]) -> list[ArrayRef]:
+        return [ArrayRef(ref, self._plan(driver, ref, row), row.backend_ref, row.submitted_at) for row in rows]
+
+    # -- observe ------------------------------------------------------------------------------------
+    def observe(self, driver: Driver, refs: list[AttemptRef], stopping: set[str]) -> dict[tuple[str, int], Observation]:
+        """One cycle for the backend's running sweeps: ONE liveness query for all their arrays,
+        then each sweep's new starts and outcomes, lost tasks, retries, throttles and end.
+        `stopping`: jobs being cancelled or preempted (a task that dies now spends no budget)."""
+        with self.store.session() as session:
+            rows = {ref.key: self._arrays(session, ref) for ref in refs}
+        handles = {ref.key: self.array_refs(driver, ref, rows[ref.key]) for ref in refs}
+        live = driver.live_tasks([a for arrays in handles.values() for a in arrays if a.backend_ref])
+        out = {}
+        for ref in refs:
+            try:
+                out[ref.key] = self._observe_one(driver, ref, handles[ref.key], live, ref.job_id in stopping)
+            except Exception:
+                log.exception("sweep %s: this cycle's observation failed; it is kept as it was", ref.job_id)
+                out[ref.key] = Observation(AttemptState.UNKNOWN, reason="the sweep's state could not be read")
+        for gone in self._seen.keys() - {ref.key for ref in refs}:
+            del self._seen[gone]
+        return out
+
+    def _observe_one(
+        self,
+        driver: Driver,
+        ref: AttemptRef,
+        arrays: list[ArrayRef],
+        live: dict[tuple[str, int], dict[int, str]],
+        stopping: bool,
+    ) -> Observation:
+        seen = self._seen.setdefault(ref.key, _Seen())
+        files = driver.sweep_dir(ref.job_dir)
+        by_number = {a.plan.number: a for a in arrays}
+        # what ended is asked of the backend BEFORE the files are read: a task that ends in
+        # between has written its outcomes by then, and is not taken as lost
+        ended = [
+            (a.plan.number, i)
+            for a in arrays
+            if a.backend_ref
+            for i in range(len(a.plan.tasks))
+            if i not in live.get(a.key, {})
+        ]
+        starts = [(n, i, r) for n, i, r in files.started_tasks() if n in by_number and (n, i) not in seen.starts]
+        outcomes = [name for name in files.outcome_names() if name not in seen.outcomes]
+        retry: list[int] = []
+        exclude: set[str] = set()
+        with self.store.session() as session:
+            job = session.get(Job, ref.job_id)
+            points = {p.index: p for p in session.scalars(select(SweepPoint).where(SweepPoint.job_id == ref.job_id))}
+            stamp = stamp_now()
+            for number, index, record in starts:
+                seen.starts.add((number, index))
+                seen.first_start = min(seen.first_start or record.at, record.at)
+                for row in _current(points, by_number[number].plan.tasks[index], number):
+                    if row.status is PointStatus.queued:
+                        row.status, row.node, row.tries, row.stamp = (
+                            PointStatus.running,
+                            record.host,
+                            row.tries + 1,
+                            stamp,
+                        )
+            for name in outcomes:
+                read = files.read_outcome(name)
+                if read is None:
+                    continue  # being written: next cycle
+                seen.outcomes.add(name)
+                index, number, outcome = read
+                for row in _current(points, [index], number):
+                    if self._apply(ref, row, number, outcome, stamp):
+                        retry.append(index)
+            for number, index in ended:
+                orphans = _current(points, by_number[number].plan.tasks[index], number)
+                if not orphans or stopping:
+                    continue  # nothing lost; or the attempt's end settles them
+                end = driver.task_end(by_number[number], index)
+                if end is None:
+                    continue  # the backend has not settled it yet: next cycle
+                for row in orphans:
+                    row.stamp = stamp
+                    if end.fault is None:
+                        row.status, row.error = PointStatus.cancelled, end.words
+                        continue
+                    row.error, row.node = f"{end.fault.words}: {end.words}", end.node or row.node
+                    if end.node and end.fault is Fault.INFRASTRUCTURE:
+                        exclude.add(end.node)
+                    if self._retry(ref.spec, row, end.fault):
+                        retry.append(row.index)
+            stored = {r.number: r for r in self._arrays(session, ref)}
+            active = []
+            for array in arrays:
+                if array.backend_ref and not live.get(array.key):
+                    stored[array.plan.number].ended = True
+                elif array.backend_ref:
+                    active.append(array)
+            new_rows = []
+            if retry and not stopping:
+                avoid = sorted(exclude | set(ref.excluded_nodes))
+                tasks = pack(sorted(retry), ref.spec.sweep.per_task)
+                new_rows.append(
+                    self._new_array(session, ref, self._next_number(session, ref.job_id), 0, tasks, 0, avoid)
+                )
+                self._assign(session, ref.job_id, new_rows)
+            changes = self._rebalance(ref, active, live, stored, new_rows)
+            statuses = [p.status for p in points.values()]
+            job.sweep = counts(statuses, sum(1 for p in points.values() if p.tries > 1)) | {
+                "arrays": session.scalar(select(func.count()).where(SweepArray.job_id == ref.job_id)),
+                "eta_s": _eta(points.values(), seen.first_start),
+            }
+            settled = all(s in SETTLED for s in statuses)
+            observation = self._attempt_state(points, settled, bool(active or new_rows), stopping, seen)
+        for row in new_rows:
+            self._submit(driver, ref, row)
+        for array, throttle, release in changes:
+            driver.throttle_array(array, throttle, release)
+        return observation
+
+    def _apply(self, ref: AttemptRef, row: SweepPoint, number: int, outcome, stamp: int) -> bool:
+        """One point's outcome; True when it is to be tried again."""
+        row.node, row.wall_s, row.stamp = outcome.host, outcome.wall_s, stamp
+        if outcome.status == "done":
+            row.status, row.error, row.traceback = PointStatus.done, None, None
+            if outcome.result:
+                row.result_job, row.result_array, row.result_point = ref.job_id, number, row.index
+            return False
+        row.error, row.traceback = outcome.error, outcome.traceback
+        return self._retry(ref.spec, row, Fault(outcome.fault or Fault.USER_ERROR.value))
+
+    def _retry(self, spec: JobSpec, row: SweepPoint, fault: Fault) -> bool:
+        """The point's try ended with `fault`: retry it (True) within the job's budget for that
+        class, or settle it failed."""
+        verdict = decide(spec.retries, fault, [Fault(f) for f in row.faults])
+        row.faults = [*row.faults, fault.value]
+        if verdict.retry:
+            row.status, row.array = PointStatus.queued, None
+            row.error = f"{row.error} ({verdict.words(fault)})" if row.error else verdict.words(fault)
+            return True
+        row.status = PointStatus.failed
+        if fault is not Fault.USER_ERROR:
+            row.error = f"{row.error} ({verdict.words(fault)})"
+        return False
+
+    def _rebalance(self, ref, active: list[ArrayRef], live, stored: dict[int, SweepArray], new_rows):
+        """New throttles for the attempt's live arrays (and the new ones): (array, throttle, release)."""
+        order = [(a, stored[a.plan.number]) for a in active]
+        shape = [(len(live[a.key]), sum(1 for s in live[a.key].values() if s == "running")) for a in active]
+        shape += [(len(r.tasks), 0) for r in new_rows]
+        limits = throttles(ref.spec.slots, shape)
+        for row, limit in zip(new_rows, limits[len(active) :], strict=True):
+            row.throttle, row.held = limit, limit == 0
+        changes = []
+        for (array, row), limit in zip(order, limits, strict=False):
+            if limit != row.throttle or (row.held and limit > 0):
+                release = row.held and limit > 0
+                if limit == 0 and not row.held:
+                    continue  # a running array is never held back: its throttle stays until it drains
+                row.throttle, row.held = limit, row.held and not release
+                changes.append((array, limit, release))
+        return changes
+
+    @staticmethod
+    def _attempt_state(points, settled: bool, active: bool, stopping: bool, seen: _Seen) -> Observation:
+        """Running while any array is live or a point is unsettled (a lost task the backend has
+        not accounted yet); then cancelled (stopped), failed (a point failed) or succeeded."""
+        if active or not (settled or stopping):
+            state = AttemptState.RUNNING if seen.first_start else AttemptState.STARTING
+            held = (seen.first_start, None) if seen.first_start else None
+            return Observation(state, held=held, reason=None if seen.first_start else "its tasks are queued")
+        end = (seen.first_start, time.time()) if seen.first_start else None
+        if not settled:
+            return Observation(AttemptState.CANCELLED, reason="its tasks were stopped", held=end)
+        failed = [p for p in points.values() if p.status is PointStatus.failed]
+        done = sum(1 for p in points.values() if p.status in CACHEABLE)
+        result = any(p.result_job for p in points.values())
+        if failed:
+            first = min(failed, key=lambda p: p.index)
+            return Observation(
+                AttemptState.FAILED,
+                reason=f"{len(failed)} of {len(points)} points failed (point {first.index}: {first.error}); "
+                f"{done} done",
+                held=end,
+                result=result,
+            )
+        return Observation(AttemptState.SUCCEEDED, reason=f"all {len(points)} points done", held=end, result=result)
+
+    def cancel(self, driver: Driver, ref: AttemptRef) -> None:
+        with self.store.session() as session:
+            rows = [r for r in self._arrays(session, ref) if r.backend_ref and not r.ended]
+        for array in self.array_refs(driver, ref, rows):
+            driver.cancel_array(array)
+
+
+def _current(points: dict[int, SweepPoint], indexes: Iterable[int], number: int) -> list[SweepPoint]:
+    """The points among `indexes` whose current try is array `number`'s and not settled."""
+    rows = (points.get(i) for i in indexes)
+    return [row for row in rows if row is not None and row.array == number and row.status not in SETTLED]
+
+
+def _eta(points, first_start: float | None) -> float | None:
+    """Seconds until every point is done, at the pace so far (done points per second since the
+    first task started); None before the first point is done."""
+    finished = sum(1 for p in points if p.status in (PointStatus.done, PointStatus.failed) and p.tries)
+    left = sum(1 for p in points if p.status not in SETTLED)
+    if not finished or first_start is None:
+        return None
+    rate = finished / max(1e-3, time.time() - first_start)
+    return round(left / rate, 1)
+
+
+def _summary(arrays: list[SweepArray]) -> str:
+    refs = [a.backend_ref for a in arrays if a.backend_ref]
+    text = ",".join(refs) if refs else "nothing to run"
+    return text if len(text) <= 255 else f"{refs[0]} and {len(refs) - 1} more arrays"
