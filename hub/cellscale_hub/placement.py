@@ -85,10 +85,12 @@ def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec:
     if not shaped:
         raise NeverFits(refusals[0] if len(refusals) == 1 else "; ".join(refusals))
     backend, spec = next(iter(shaped.items()))
+    note = None
+    if spec.sweep is not None:
+        spec, note = _backend_slots(spec, [drivers[b] for b in shaped])
     flavors = [f for f in tenancy.flavors_for(cluster_queue) if tenancy.flavors[f].backend in shaped]
     res = spec.demand  # a sweep holds its slots' resources at once
     best = never_fits(tenancy, cluster_queue, flavors, Amounts(res.gpus, res.cpus, res.memory_mb))
-    note = None
     while best is not None and spec.sweep is not None:  # each resource may lower it once
         spec, note = _fewer_slots(best, spec, cluster_queue)
         res = spec.demand
@@ -158,6 +160,28 @@ def _backends(
             f"is not allowed; add --burst allow"
         )
     return list(dict.fromkeys(tenancy.flavors[f].backend for f in allowed))
+
+
+def _backend_slots(spec: JobSpec, drivers: list[Driver]) -> tuple[JobSpec, str | None]:
+    """A sweep runs at most as many tasks at once as its largest backend holds (GPUs, cores,
+    memory): --max-parallel beyond that is lowered, and the note says so."""
+    task, most, why = spec.resources, spec.sweep.max_parallel, None
+    for driver in drivers:
+        cap = driver.capacity()
+        fits = [
+            (cap.capacity_gpus // task.gpus, f"{cap.capacity_gpus} GPU(s)") if task.gpus else None,
+            (cap.capacity_cpus // task.cpus, f"{cap.capacity_cpus} CPUs") if cap.capacity_cpus else None,
+            (cap.capacity_memory_mb // task.memory_mb, f"{cap.capacity_memory_mb} MiB")
+            if cap.capacity_memory_mb and task.memory_mb
+            else None,
+        ]
+        holds, words = min((f for f in fits if f is not None), default=(most, None))
+        if holds < most:
+            most, why = max(1, holds), f"backend {driver.name!r} has {words}"
+    if why is None:
+        return spec, None
+    note = f"runs at most {most} tasks at once, not --max-parallel {spec.sweep.max_parallel}: {why}"
+    return spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"max_parallel": most})}), note
 
 
 def _fewer_slots(best: Ceiling, spec: JobSpec, cluster_queue: str) -> tuple[JobSpec, str]:
