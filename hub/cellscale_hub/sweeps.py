@@ -409,8 +409,7 @@ class SweepRunner:
             observation = self._attempt_state(points, settled, bool(active or new_rows), stopping, seen)
         for row in new_rows:
             self._submit(driver, ref, row)
-        for array, throttle, release in changes:
-            driver.throttle_array(array, throttle, release)
+        self._apply_throttles(driver, changes)
         return observation
 
     def _apply(self, ref: AttemptRef, row: SweepPoint, number: int, outcome, stamp: int) -> bool:
@@ -448,13 +447,23 @@ class SweepRunner:
             row.throttle, row.held = limit, limit == 0
         changes = []
         for (array, row), limit in zip(order, limits, strict=False):
-            if limit != row.throttle or (row.held and limit > 0):
-                release = row.held and limit > 0
-                if limit == 0 and not row.held:
-                    continue  # a running array is never held back: its throttle stays until it drains
-                row.throttle, row.held = limit, row.held and not release
-                changes.append((array, limit, release))
+            if limit == 0 or (limit == row.throttle and not row.held):
+                continue  # unchanged; or 0: a released array is never held back, its throttle stays until it drains
+            changes.append((array, row.id, limit, row.held))
         return changes
+
+    def _apply_throttles(self, driver: Driver, changes) -> None:
+        """Tell the backend each array's new throttle (and release those held), storing each
+        once the backend took it: one that fails is tried again next cycle."""
+        for array, row_id, limit, release in changes:
+            try:
+                driver.throttle_array(array, limit, release)
+            except Exception:
+                log.exception("sweep %s: array %d's throttle stays for now", array.ref.job_id, array.plan.number)
+                continue
+            with self.store.session() as session:
+                row = session.get(SweepArray, row_id)
+                row.throttle, row.held = limit, False
 
     @staticmethod
     def _attempt_state(points, settled: bool, active: bool, stopping: bool, seen: _Seen) -> Observation:

@@ -93,6 +93,7 @@ BURST_PARTITION = "burst"
 SUSPEND_TIME = 10  # s idle before a cloud node is powered down
 SUSPEND_TIMEOUT = 5  # s a power-down takes (then idle~)
 RESUME_TIMEOUT = 30  # s a booting node may take to register (then ResumeFailProgram)
+MAX_ARRAY_SIZE = 101  # dca's MaxArraySize: small, so that a sweep of a few hundred points spans several arrays
 BOOT_DELAY = 3.0  # s the simulated cloud takes to "boot an instance" (start its slurmd)
 PRICE_PER_GPU_HOUR = 2.50  # $ the simulated cloud bills per GPU-hour, by the second
 GPUS_PER_NODE = 8
@@ -341,6 +342,7 @@ def template_values(layout: Layout, settings: Settings) -> dict[str, str]:
         "suspend_time": str(SUSPEND_TIME),
         "suspend_timeout": str(SUSPEND_TIMEOUT),
         "resume_timeout": str(RESUME_TIMEOUT),
+        "max_array_size": str(MAX_ARRAY_SIZE),
     }
     for key, value in values.items():
         if not SAFE_VALUE.fullmatch(value):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pwd
 import re
 import shlex
 import string
@@ -37,11 +38,14 @@ from cellscale.vocabulary import Fault, Resource
 from cellscale_hub import proc
 from cellscale_hub.cloudbill import Instance, Run
 from cellscale_hub.drivers.base import (
+    ArrayPlan,
+    ArrayRef,
     AttemptRef,
     BackendUnreachable,
     Driver,
     Observation,
     SpecRejected,
+    TaskEnd,
     as_user,
     fault_from_job_dir,
     hand_to_owner,
@@ -151,6 +155,28 @@ def job_name(ref: AttemptRef) -> str:
     return f"{ref.job_id}-a{ref.number}"
 
 
+def array_name(array: ArrayRef) -> str:
+    """A sweep array's Slurm job name: the attempt's, and its number."""
+    return f"{job_name(array.ref)}-s{array.plan.number}"
+
+
+def _check_names(ref: AttemptRef) -> None:
+    """What goes into the script's names must be a plain account, user and job name."""
+    if not SAFE_NAME.match(ref.tenant):
+        raise SpecRejected(f"tenant {ref.tenant!r} cannot be a Slurm account name (lower-case letters, digits, -, _)")
+    if not SAFE_NAME.match(ref.owner):
+        raise SpecRejected(f"user name {ref.owner!r} is not a valid Unix user name; Slurm jobs run as their owner")
+    if not SAFE_NODE.match(ref.job_id):
+        raise SpecRejected(f"job id {ref.job_id!r} cannot be part of a Slurm job name")
+
+
+def _owner_of(path: Path) -> str | None:
+    try:
+        return pwd.getpwuid(path.stat().st_uid).pw_name
+    except (KeyError, OSError):
+        return None
+
+
 def master_port(ref: AttemptRef) -> int:
     """A rendezvous port every node derives alike from the attempt (no coordination needed)."""
     return 20000 + int.from_bytes(f"{ref.job_id}/{ref.number}".encode(), "big") % 20000
@@ -168,6 +194,7 @@ def _state(entry: dict) -> str:
 
 class SlurmDriver(Driver):
     kind = "slurm"
+    runs_sweeps = True
 
     partition = Unicode("gpu", help="Partition the jobs go to.").tag(config=True)
     shares_accounts_with = List(
@@ -345,6 +372,7 @@ class SlurmDriver(Driver):
         self._estimates: dict[tuple, tuple[float, float | None]] = {}
         self._cluster_name: str | None = None
         self._account_users: dict[str, str | None] = {}
+        self._array_size: tuple[float, int] | None = None
 
     # -- commands ----------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
@@ -610,15 +638,10 @@ class SlurmDriver(Driver):
         (`--cpus-per-task` = tasks per node x cores per task): torchrun's ranks share them, and
         Slurm counts what cellscale's admission counts. `--mem` is per node, in MiB, only when
         the job asks (otherwise the partition's DefMemPerCPU applies)."""
+        if ref.spec.sweep is not None:
+            return self.render_array(self.sample_array(ref))
         res = ref.spec.resources
-        if not SAFE_NAME.match(ref.tenant):
-            raise SpecRejected(
-                f"tenant {ref.tenant!r} cannot be a Slurm account name (lower-case letters, digits, -, _)"
-            )
-        if not SAFE_NAME.match(ref.owner):
-            raise SpecRejected(f"user name {ref.owner!r} is not a valid Unix user name; Slurm jobs run as their owner")
-        if not SAFE_NODE.match(ref.job_id):
-            raise SpecRejected(f"job id {ref.job_id!r} cannot be part of a Slurm job name")
+        _check_names(ref)
         out = ref.dir.attempt_dir(ref.number) / "slurm-%j.out"
         excluded = sorted({node for node in ref.excluded_nodes if SAFE_NODE.match(node)})
         directives = [
@@ -640,17 +663,29 @@ class SlurmDriver(Driver):
             *self.extra_directives,
         ]
         supervisor = shlex.join([self.python, "-m", "cellscale.runtime.supervisor", str(ref.job_dir), str(ref.number)])
-        fields = {
-            "header": f"# cellscale job {ref.job_id}, attempt {ref.number}, owner {ref.owner}: "
+        header = (
+            f"# cellscale job {ref.job_id}, attempt {ref.number}, owner {ref.owner}: "
             f"{res.nodes} node(s) x {res.gpus_per_node} GPU(s), {res.cpus_per_node} CPU(s)"
             + (f", {res.memory_mb_per_node}M" if res.memory_mb_per_node else "")
-            + f", launcher {ref.spec.launcher.value}",
+            + f", launcher {ref.spec.launcher.value}"
+        )
+        command = (
+            f"exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 --cpus-per-task={res.cpus_per_node} " + supervisor
+        )
+        fields = self._fields(ref, job_name(ref), header, directives, command, supervisor)
+        return fill_template(self.batch_template, fields)
+
+    def _fields(
+        self, ref: AttemptRef, name: str, header: str, directives: list[str], command: str, supervisor: str
+    ) -> dict[str, str]:
+        res = ref.spec.resources
+        return {
+            "header": header,
             "directives": "\n".join(f"#SBATCH {sbatch_quote(d)}" for d in directives),
             "prologue": "\n".join(self.prologue),
-            "command": f"exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 --cpus-per-task={res.cpus_per_node} "
-            + supervisor,
+            "command": command,
             "supervisor": supervisor,
-            "job_name": job_name(ref),
+            "job_name": name,
             "job_id": ref.job_id,
             "attempt": str(ref.number),
             "owner": ref.owner,
@@ -664,7 +699,144 @@ class SlurmDriver(Driver):
             "job_dir": shlex.quote(str(ref.job_dir)),
             "python": shlex.quote(self.python),
         }
-        return fill_template(self.batch_template, fields)
+
+    # -- sweeps: one job array per chunk of tasks ------------------------------------------------
+    def max_array_size(self) -> int:
+        """The cluster's live MaxArraySize (indexes 0..size-1), reused `capacity_seconds`."""
+        now = time.monotonic()
+        if self._array_size and now - self._array_size[0] < self.capacity_seconds:
+            return self._array_size[1]
+        match = re.search(r"^MaxArraySize\s*=\s*(\d+)", self._run(["scontrol", "show", "config"]), re.MULTILINE)
+        size = int(match.group(1)) if match else 1001
+        self._array_size = (now, size)
+        return size
+
+    def sample_array(self, ref: AttemptRef) -> ArrayRef:
+        """The first array a sweep's attempt would submit (for the dry run)."""
+        sweep = ref.spec.sweep
+        tasks = min(sweep.tasks, self.max_array_size())
+        plan = ArrayPlan(
+            number=1,
+            attempt=ref.number,
+            tasks=[list(range(i * sweep.per_task, min((i + 1) * sweep.per_task, sweep.points))) for i in range(tasks)],
+            throttle=sweep.slots,
+            timeout_s=ref.spec.resources.timeout_min * 60.0 * sweep.per_task,
+        )
+        return ArrayRef(ref, plan)
+
+    def render_array(self, array: ArrayRef) -> str:
+        """The batch script of one array: each index runs `cellscale.runtime.sweep task` on its
+        points (no srun: a task is one process on one node); `%N` throttles it."""
+        ref, plan = array.ref, array.plan
+        res = ref.spec.resources
+        _check_names(ref)
+        excluded = sorted({node for node in plan.excluded_nodes if SAFE_NODE.match(node)})
+        directives = [
+            f"--job-name={array_name(array)}",
+            f"--account={ref.tenant}",
+            f"--partition={self.partition}",
+            "--nodes=1",
+            "--ntasks-per-node=1",
+            f"--cpus-per-task={res.cpus_per_node}",
+            *([f"--mem={res.memory_mb_per_node}M"] if res.memory_mb_per_node else []),
+            *([f"--gres=gpu:{res.gpus_per_node}"] if res.gpus_per_node else []),
+            f"--time={max(1, -(-int(plan.timeout_s) // 60))}",
+            f"--array=0-{len(plan.tasks) - 1}%{max(1, plan.throttle)}",
+            *([f"--exclude={','.join(excluded)}"] if excluded else []),
+            f"--chdir={ref.job_dir}",
+            f"--output={ref.job_dir / 'arrays' / 'slurm-%A_%a.out'}",
+            "--no-requeue",
+            "--comment=cellscale",
+            *self.extra_directives,
+        ]
+        task = shlex.join([self.python, "-m", "cellscale.runtime.sweep", "task", str(ref.job_dir), str(plan.number)])
+        sweep = ref.spec.sweep
+        header = (
+            f"# cellscale sweep {ref.job_id}, attempt {ref.number}, owner {ref.owner}: array {plan.number}, "
+            f"{len(plan.tasks)} task(s) from task {plan.offset} of {sweep.tasks}, {sweep.per_task} point(s) each, "
+            f"{res.gpus_per_node} GPU(s) and {res.cpus_per_node} CPU(s) per task"
+        )
+        return fill_template(
+            self.batch_template, self._fields(ref, array_name(array), header, directives, f"exec {task}", task)
+        )
+
+    def submit_array(self, array: ArrayRef) -> str:
+        ref = array.ref
+        if ref.resubmit:
+            found = self._find_name(array_name(array))
+            if found:
+                return found
+        script = ref.job_dir / "arrays" / f"{array.plan.number}.sbatch"
+        script.write_text(self.render_array(array))
+        script.chmod(0o644)
+        if _owner_of(ref.job_dir) != ref.owner:
+            hand_to_owner(ref.owner, ref.job_dir)
+        hold = ["--hold"] if array.plan.held else []
+        out = self._run([*self._as_user(ref.owner), "sbatch", "--parsable", *hold, str(script)])
+        return out.strip().split(";")[0]
+
+    def live_tasks(self, arrays: list[ArrayRef]) -> dict[tuple[str, int], dict[int, str]]:
+        """ONE `squeue -r` for every array (by name: a finished array's id may be unknown to
+        slurmctld already): index -> pending | running."""
+        out: dict[tuple[str, int], dict[int, str]] = {a.key: {} for a in arrays}
+        by_id = {a.backend_ref: a for a in arrays if a.backend_ref}
+        names = sorted({array_name(a) for a in arrays})
+        for start in range(0, len(names), 100):
+            argv = ["squeue", "-h", "-r", f"--name={','.join(names[start : start + 100])}", "-o", "%i|%T"]
+            for line in self._run(argv).splitlines():
+                task_id, _, state = line.strip().partition("|")
+                array_id, _, index = task_id.partition("_")
+                if array_id in by_id and index.isdigit():
+                    running = state in ACTIVE
+                    out[by_id[array_id].key][int(index)] = "running" if running else "pending"
+        return out
+
+    def task_end(self, array: ArrayRef, index: int) -> TaskEnd | None:
+        """How one task that left points without an outcome ended, from accounting (None while
+        slurmdbd has not settled it)."""
+        task = f"{array.backend_ref}_{index}"
+        argv = ["sacct", "-n", "-X", "-P", f"--clusters={self.cluster_name()}", "-j", task, "-o", "State,NodeList"]
+        rows = [line.split("|") for line in self._run(argv).splitlines() if "|" in line]
+        if not rows:
+            return None
+        state, nodes = rows[0][0].split()[0], rows[0][1]
+        if state in QUEUED | ACTIVE:
+            return None
+        node = next(iter(expand_hostlist(nodes)), None) if nodes not in ("", "None assigned") else None
+        if state == "NODE_FAIL":
+            down = self._down_nodes(nodes)
+            words = ", ".join(f"{name} ({why})" for name, why in down) or f"node {node}"
+            return TaskEnd(Fault.INFRASTRUCTURE, f"node failure: {words}", down[0][0] if down else node)
+        if state == "TIMEOUT":
+            return TaskEnd(
+                Fault.TIMEOUT, f"ran past its time limit ({array.plan.timeout_s / 60:.0f} min, Slurm TIMEOUT)"
+            )
+        if state == "CANCELLED":
+            return TaskEnd(None, "cancelled")
+        if state == "PREEMPTED":
+            return TaskEnd(Fault.PREEMPTION, "preempted by Slurm")
+        return TaskEnd(Fault.INFRASTRUCTURE, f"its process ended without finishing its points (Slurm {state})", node)
+
+    def cancel_array(self, array: ArrayRef) -> None:
+        if array.backend_ref:
+            self._run([*self._as_user(array.ref.owner), "scancel", array.backend_ref])
+
+    def throttle_array(self, array: ArrayRef, throttle: int, release: bool) -> None:
+        if not array.backend_ref or throttle < 1:
+            return
+        user = self._as_user(array.ref.owner)
+        update = [*user, "scontrol", "update", f"JobId={array.backend_ref}", f"ArrayTaskThrottle={throttle}"]
+        result = proc.run(update, timeout=self.command_timeout, env=self._env())
+        # an array some of whose tasks finished answers 1 with "Job has already finished" for those
+        # and "No error" for the rest: taken
+        if result.returncode and "No error" not in result.stderr + result.stdout:
+            raise command_error(update, result.returncode, result.stderr)
+        if release:
+            self._run([*user, "scontrol", "release", array.backend_ref])
+
+    def _find_name(self, name: str) -> str | None:
+        out = self._run(["squeue", "-h", f"--name={name}", "-o", "%F"]).split()
+        return out[0] if out else None
 
     def _avoiding(self, ref: AttemptRef) -> AttemptRef:
         """The attempt avoiding the nodes that failed this job, while enough others remain for
