@@ -62,7 +62,9 @@ def encode_point(point: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     out = {}
     for name, value in point.items():
         if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name):
-            raise GridError(f"point {index}: parameter {name!r} is not a Python variable name (the cell sees it as one)")
+            raise GridError(
+                f"point {index}: parameter {name!r} is not a Python variable name (the cell sees it as one)"
+            )
         out[name] = _encode(value, f"point {index}: {name}")
     if len(json.dumps(out)) > MAX_POINT_BYTES:
         raise GridError(
@@ -109,7 +111,7 @@ def decode(value: Any) -> Any:
         return [decode(v) for v in value]
     if isinstance(value, dict):
         if len(value) == 1:
-            (tag, text), = value.items()
+            ((tag, text),) = value.items()
             if tag == "$date":
                 return dt.date.fromisoformat(text)
             if tag == "$datetime":
