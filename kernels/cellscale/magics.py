@@ -120,8 +120,9 @@ class ClusterMagics(Magics):
         if args.bind_as:
             self.shell.user_ns[args.bind_as] = sweep
         if args.detach:
-            where = args.bind_as or f"%cluster attach {sweep.job_id}"
-            print(f"[cellscale] follow it with: {where}")
+            if not args.bind_as:
+                sweep.close()  # nothing holds it: no need to follow
+            print(f"[cellscale] follow it with: {args.bind_as or f'%cluster attach {sweep.job_id}'}")
             return None
         return sweep
 
@@ -169,7 +170,7 @@ class ClusterMagics(Magics):
             sweep.wait()
         except KeyboardInterrupt:
             return sweep  # wait() said it keeps running
-        sweep._mark_shown()  # the cell's Out is this handle: not shown twice
+        sweep._mark_shown(self.shell)  # the cell's Out is this handle: not shown twice
         p = sweep.progress
         hint = "; .failed() lists the failures, .retry() runs them again" if p.failed else ""
         print(f"[cellscale] {sweep.line()}{hint}")

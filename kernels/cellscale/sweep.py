@@ -122,7 +122,7 @@ class Sweep:
         self._stop = threading.Event()
         self._widget = None
         self._widget_drawn = 0.0
-        self._shown_in: int | None = None
+        self._shown_in: tuple[Any, int] | None = None
         self._thread: threading.Thread | None = None
         if start:
             self._thread = threading.Thread(
@@ -329,6 +329,7 @@ class Sweep:
             bar = widgets.IntProgress(min=0, max=self.size, value=0, layout=widgets.Layout(width="30%"))
             self._widget = widgets.HBox([bar, widgets.Label()])
             self._update_widget()
+            self._widget_drawn = time.monotonic()
         display(self._widget)
 
     def _update_widget(self) -> None:
@@ -339,18 +340,17 @@ class Sweep:
         label.value = self.line()
 
     def _ipython_display_(self) -> None:
-        shell = _shell()
-        if shell is not None and self._shown_in is not None and self._shown_in == shell.execution_count:
-            self._shown_in = None  # `%cluster attach` showed it in this very cell
-            return
-        if _in_kernel(shell):
+        shown, self._shown_in = self._shown_in, None
+        if shown is not None and shown[0].execution_count == shown[1]:
+            return  # `%cluster attach` showed it in this very cell
+        if _in_kernel(_shell()):
             self._display_widget()
         else:
             print(self.line())
 
-    def _mark_shown(self) -> None:
-        shell = _shell()
-        self._shown_in = shell.execution_count if shell is not None else None
+    def _mark_shown(self, shell) -> None:
+        """Shown by `shell`'s running cell already: its Out does not show it again."""
+        self._shown_in = (shell, shell.execution_count)
 
     # -- results -------------------------------------------------------------------------------
     @property
