@@ -167,9 +167,10 @@ class ClusterMagics(Magics):
     def _attach_sweep(self, job: JobView) -> Sweep:
         sweep = Sweep.attach(self.client, job)
         try:
-            sweep.wait()
+            sweep._wait(None)
         except KeyboardInterrupt:
-            return sweep  # wait() said it keeps running
+            print(f"[cellscale] detached; {job.id} keeps running. Re-attach with: %cluster attach {job.id}")
+            return sweep
         sweep._mark_shown(self.shell)  # the cell's Out is this handle: not shown twice
         p = sweep.progress
         hint = "; .failed() lists the failures, .retry() runs them again" if p.failed else ""

@@ -122,6 +122,7 @@ class Sweep:
         self._stop = threading.Event()
         self._widget = None
         self._widget_drawn = 0.0
+        self._widget_cell: int | None = None
         self._shown_in: tuple[Any, int] | None = None
         self._thread: threading.Thread | None = None
         if start:
@@ -275,12 +276,20 @@ class Sweep:
         one line rewritten in place. Ctrl-C stops the waiting, not the sweep (`.cancel()` does).
         Raises TimeoutError after `timeout` seconds (the sweep keeps running), and the
         control plane's refusal if following it failed."""
+        try:
+            return self._wait(timeout)
+        except KeyboardInterrupt:
+            if _shell() is not None:  # a script's Ctrl-C just ends it
+                print(f"[cellscale] stopped waiting; {self.job_id} keeps running (.wait() again, or .cancel())")
+            raise
+
+    def _wait(self, timeout: float | None) -> Sweep:
         deadline = None if timeout is None else time.monotonic() + timeout
         shell = _shell()
         text = None
         if _in_kernel(shell):
-            if self._widget is None:
-                self._display_widget()
+            if self._widget is None or self._widget_cell != getattr(shell, "execution_count", None):
+                self._display_widget()  # the bar, in the cell that waits
         else:
             text = _TextLine(self._stream or sys.stdout)
         try:
@@ -294,15 +303,6 @@ class Sweep:
                     self._finished.wait(self._poll_s)
                 else:
                     self._finished.wait(0.25)
-        except KeyboardInterrupt:
-            if text is not None:
-                text.end()
-                text = None
-            print(
-                f"[cellscale] stopped waiting; {self.job_id} keeps running (.wait() again, or .cancel())",
-                file=self._stream or sys.stdout,
-            )
-            raise
         finally:
             if text is not None:
                 text.show(self.line())
@@ -321,6 +321,7 @@ class Sweep:
             self._update_widget()
 
     def _display_widget(self) -> None:
+        """Show the bar (one widget: every place it is shown moves together)."""
         from IPython.display import display
 
         if self._widget is None:
@@ -331,6 +332,7 @@ class Sweep:
             self._update_widget()
             self._widget_drawn = time.monotonic()
         display(self._widget)
+        self._widget_cell = getattr(_shell(), "execution_count", None)
 
     def _update_widget(self) -> None:
         bar, label = self._widget.children

@@ -670,3 +670,27 @@ def test_importing_cellscale_and_the_magic_stays_light():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, env=env)
     out = run.stdout
     assert out.split("\n")[:2] == ["[]", "True Sweep"]
+
+
+def test_interrupting_an_attached_sweep_leaves_it_running(shell, client, capsys, monkeypatch):
+    from cellscale import sweep as sweep_module
+
+    sweep = handle(client, GRID_LIST)
+    client.set(sweep.job_id, 0, "running")
+    shows = []
+    show = sweep_module._TextLine.show
+
+    def ctrl_c_on_the_second_line(self, text):  # Ctrl-C lands in the waiting (main) thread
+        shows.append(text)
+        if len(shows) == 2:
+            raise KeyboardInterrupt
+        show(self, text)
+
+    monkeypatch.setattr(sweep_module._TextLine, "show", ctrl_c_on_the_second_line)
+    shell.register_magics(ClusterMagics(shell, client=client))
+    result = shell.run_cell(f"%cluster attach {sweep.job_id}")
+    assert result.success and isinstance(result.result, Sweep) and not result.result.done
+    result.result.close()
+    out = capsys.readouterr().out
+    assert "[cellscale] detached; cs-000000000001 keeps running. Re-attach with: %cluster attach cs-000000000001" in out
+    assert "cancel" not in client.calls
