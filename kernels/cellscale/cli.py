@@ -4,6 +4,8 @@ cellscale serve [control-plane options]      run a control plane (see --help-all
 cellscale dev slurm up|down|status           a real multi-node Slurm dev cluster on this machine
 cellscale dev users NAME...                  the demo's researchers as Unix users (root)
 cellscale submit FILE [%%cluster options]    run a Python file as a job (follows it unless --detach)
+cellscale submit FILE --sweep GRID.csv [--max-parallel N] [--per-task K] [%%cluster options]
+                                             run it once per row of GRID.csv (a sweep; one job)
 cellscale list [--scope mine|tenant|all]
 cellscale status ID | logs ID [-f] | cancel ID
 
@@ -11,11 +13,18 @@ Arguments after FILE reach the %%cluster parser as the shell split them (`--env 
 world"` is one value). A refusal is one line on stderr, never a traceback: exit 2 for what the
 caller must change (a bad option, an unreadable file, a request the control plane refused),
 1 for a failure (the control plane unreachable or failing, a job that did not succeed).
+
+A sweep's CSV names the parameters in its header; each row is a point, its values read as int,
+else float, else left as text (an empty field is None), bound as variables in the file's code
+(and `__point__`, the dict). Followed, it shows one progress line on stderr and exits 0 if
+every point succeeded, else 1 after listing the failed points' errors (at most 10).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import os
 import sys
 from pathlib import Path
@@ -24,8 +33,11 @@ import httpx
 
 from cellscale.client import ApiError, Client
 from cellscale.display import TextView, status_line
-from cellscale.magicargs import MagicUsageError, parse_args
+from cellscale.magicargs import MagicArgs, MagicUsageError, parse_args
 from cellscale.vocabulary import Phase
+
+SWEEP_HINT = "a sweep: cellscale submit FILE --sweep GRID.csv (e.g. --sweep grid.csv --max-parallel 8)"
+MAX_FAILURES_SHOWN = 10
 
 
 class UsageError(Exception):
@@ -74,7 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="run a control plane (python -m cellscale_hub)")
     sub.add_parser("dev", help="dev setup: cellscale dev slurm up|down|status; cellscale dev users NAME...")
-    s = sub.add_parser("submit", help="run a Python file as a job; options as %%%%cluster")
+    s = sub.add_parser(
+        "submit", help="run a Python file as a job (--sweep GRID.csv: once per row); options as %%%%cluster"
+    )
     s.add_argument("file", type=Path)
     s.add_argument("options", nargs=argparse.REMAINDER, help="%%%%cluster options, passed through as given")
     s.set_defaults(run=_submit)
@@ -92,7 +106,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _submit(args, rest: list[str]) -> int:
-    options = parse_args([*args.options, *rest])
+    grid, argv = _take_sweep([*args.options, *rest])
+    if grid is not None:
+        return _submit_sweep(args.file, grid, parse_args(argv, sweep=True))
+    options = parse_args(argv, sweep_hint=SWEEP_HINT)
     spec = options.to_spec(_source(args.file))
     if options.inputs:
         raise MagicUsageError("--inputs names notebook variables; a script reads its own data")
@@ -111,6 +128,106 @@ def _submit(args, rest: list[str]) -> int:
     job = client.get(job.id)
     view.status(job)
     return 0 if job.phase is Phase.SUCCEEDED else 1
+
+
+def _take_sweep(argv: list[str]) -> tuple[Path | None, list[str]]:
+    """`--sweep GRID.csv` (or `--sweep=GRID.csv`) out of the options, and the rest for %%cluster's parser."""
+    grid, rest, i = None, [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--sweep" or arg.startswith("--sweep="):
+            if grid is not None:
+                raise UsageError("--sweep is given twice: one grid per sweep")
+            value = arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            if not value:
+                raise UsageError("--sweep needs a CSV file: its header names the parameters, each row is a point")
+            grid = Path(value)
+            i += 1 if "=" in arg else 2
+            continue
+        rest.append(arg)
+        i += 1
+    return grid, rest
+
+
+def _submit_sweep(file: Path, grid: Path, options: MagicArgs) -> int:
+    from cellscale.points import GridError
+    from cellscale.sweep import SweepPlan, announce
+
+    if options.over or options.bind_as:
+        raise UsageError("--over and --as name notebook variables: on the command line the grid is --sweep GRID.csv")
+    if options.inputs:
+        raise MagicUsageError("--inputs names notebook variables; a script reads its own data")
+    try:
+        plan = SweepPlan(options, _source(file), read_grid(grid))
+    except GridError as exc:
+        raise UsageError(f"{grid}: {exc}") from None
+    client = Client.from_env()
+    if options.dry_run:
+        print(client.render(plan.spec).script, end="")
+        return 0
+    sweep = plan.submit(client, None, fetch_results=False, stream=sys.stderr)
+    print(sweep.job_id)
+    print(announce(sweep), file=sys.stderr)
+    if options.detach:
+        sweep.close()
+        return 0
+    sweep.wait()
+    progress = sweep.progress
+    if progress.done + progress.cached == progress.points:
+        return 0
+    failed = sweep.failed()
+    if len(failed):
+        print(f"cellscale: {len(failed)} of {progress.points} points failed:", file=sys.stderr)
+        params = list(failed.columns[: failed.columns.get_loc("attempt")])
+        for index, row in failed.head(MAX_FAILURES_SHOWN).iterrows():
+            values = ", ".join(f"{name}={row[name]!r}" for name in params)
+            print(f"  point {index} ({values}): {row['error'] or row['fault'] or 'failed'}", file=sys.stderr)
+        if len(failed) > MAX_FAILURES_SHOWN:
+            print(f"  ... and {len(failed) - MAX_FAILURES_SHOWN} more", file=sys.stderr)
+    missing = progress.points - progress.done - progress.cached - progress.failed
+    if missing:
+        print(
+            f"cellscale: {missing} of {progress.points} points did not run ({sweep.job.phase.value})", file=sys.stderr
+        )
+    return 1
+
+
+def read_grid(path: Path) -> list[dict]:
+    """A sweep's points from a CSV file: the header names the parameters; each value is an
+    int, else a float, else the text itself; an empty field is None."""
+    text = _source(path).removeprefix("\ufeff")  # a spreadsheet's byte-order mark
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if not header or not any(name.strip() for name in header):
+        raise UsageError(f"{path} has no header line: its first line names the parameters (e.g. lr,seed)")
+    names = [name.strip() for name in header]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise UsageError(f"{path}: the header names {', '.join(twice)} twice")
+    points = []
+    for row in reader:
+        if not any(field.strip() for field in row):
+            continue  # a blank line
+        if len(row) != len(names):
+            raise UsageError(
+                f"{path}, line {reader.line_num}: {len(row)} values for the {len(names)} parameters of the header"
+            )
+        points.append({name: _csv_value(field) for name, field in zip(names, row, strict=True)})
+    if not points:
+        raise UsageError(f"{path} has a header but no rows: each row is a point of the sweep")
+    return points
+
+
+def _csv_value(field: str) -> int | float | str | None:
+    text = field.strip()
+    if not text:
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return field
 
 
 def _source(path: Path) -> str:

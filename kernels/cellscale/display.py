@@ -7,7 +7,7 @@ import html
 import sys
 from datetime import UTC, datetime
 
-from cellscale.spec import CheckpointView, JobView, PendingView, Phase, Resources
+from cellscale.spec import CheckpointView, JobView, PendingView, Phase, Resources, SweepProgress
 from cellscale.vocabulary import Resource
 
 PHASE_COLOURS = {
@@ -23,12 +23,20 @@ def status_line(job: JobView) -> str:
     start = job.started_at or job.created_at
     end = job.finished_at or datetime.now(UTC)
     seconds = max(0, int((end - start).total_seconds()))
+    if job.sweep is not None:  # its tries are per point: its progress instead of attempts
+        sweep = job.sweep
+        what = [
+            f"sweep {sweep.done + sweep.cached}/{sweep.points}",
+            f"{job.spec.slots} × {resource_words(job.spec.resources)}",
+        ]
+    else:
+        what = [f"attempt {len(job.attempts) or '-'}", resource_words(job.spec.resources)]
     parts = [
         job.id,
         job.phase.value,
         f"{seconds // 60:02d}:{seconds % 60:02d}",
-        f"attempt {len(job.attempts) or '-'}",
-        f"{resource_words(job.spec.resources)} on {_where(job)}",
+        what[0],
+        f"{what[1]} on {_where(job)}",
     ]
     if job.reason and (not job.phase.terminal or job.phase is Phase.FAILED):
         parts.append(job.reason or "")
@@ -51,6 +59,8 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
     """`%cluster status ID`: the status line, then where it queues, why it waits, each
     attempt with its end reason and fault class, and the newest checkpoints."""
     lines = [status_line(job)]
+    if job.sweep is not None:
+        lines.append(f"  sweep: {sweep_line(job.sweep, job)}")
     where = f"queue {job.queue} → cluster queue {job.cluster_queue or '?'}, priority {job.priority}"
     if job.flavor:
         where += f", admitted on {job.flavor}" + (f" ({job.borrowed} GPUs borrowed)" if job.borrowed else "")
@@ -84,6 +94,36 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
             f"{_age(c.committed_at)} ago): {c.url}"
         )
     return "\n".join(lines)
+
+
+def sweep_line(progress: SweepProgress, job: JobView | None = None) -> str:
+    """A sweep's progress in one line: "120/250 done · 8 running · 1 failed · 3 cached · ETA 0:42"
+    (done counts the cached points too: both have their results); while it waits for admission,
+    why; once it ended, how and how long it took."""
+    p = progress
+    parts = [f"{p.done + p.cached}/{p.points} done"]
+    for count, word in ((p.running, "running"), (p.failed, "failed"), (p.cached, "cached"), (p.cancelled, "cancelled")):
+        if count:
+            parts.append(f"{count} {word}")
+    if job is not None and job.phase.terminal:
+        took = ""
+        if job.started_at and job.finished_at:
+            took = f" in {clock_duration((job.finished_at - job.started_at).total_seconds())}"
+        parts.append(f"{job.phase.value.lower()}{took}")
+    elif job is not None and job.phase is Phase.PENDING:
+        reason = " ".join((job.reason or "").split())
+        parts.append(f"waiting: {reason[:77] + '...' if len(reason) > 80 else reason}" if reason else "waiting")
+    elif p.eta_s is not None:
+        parts.append(f"ETA {clock_duration(p.eta_s)}")
+    return " · ".join(parts)
+
+
+def clock_duration(seconds: float) -> str:
+    """Seconds as a clock reads: 0:42, 12:05, 1:02:05."""
+    seconds = max(0, round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def resource_words(resources: Resources) -> str:

@@ -2,17 +2,21 @@
 
 Everything here runs before anything is sent: a bad flag is an error that says what to
 change, and nothing is created.
+
+`%%cluster map --over GRID ...` is the same line with `map` first: a sweep, the cell run once
+per point of GRID. Its own flags (--over, --max-parallel, --per-task, --as) belong to it alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import keyword
 import shlex
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cellscale.spec import JobSpec, Launcher, Resources, Retries, parse_memory_mb
+from cellscale.spec import JobSpec, Launcher, Resources, Retries, Sweep, parse_memory_mb
 from cellscale.wire import explain
 
 
@@ -48,6 +52,20 @@ class MagicArgs(BaseModel):
     outputs: list[str] = Field(default_factory=list)
     detach: bool = False
     dry_run: bool = False
+    sweep: bool = Field(False, description="%%cluster map: run the cell once per point of a grid")
+    over: str | None = Field(None, description="%%cluster map: the notebook variable holding the grid")
+    max_parallel: int = Field(64, description="%%cluster map: most tasks running at once")
+    per_task: int = Field(1, description="%%cluster map: points one task runs one after another")
+    bind_as: str | None = Field(None, description="%%cluster map --as NAME: bind the sweep's handle to NAME")
+
+    def sweep_of(self, points: int, points_sha256: str) -> Sweep:
+        """The spec's Sweep for a grid of `points` whose manifest has that hash."""
+        try:
+            return Sweep(
+                points=points, points_sha256=points_sha256, max_parallel=self.max_parallel, per_task=self.per_task
+            )
+        except ValidationError as exc:
+            raise MagicUsageError(explain(exc)) from None
 
     def resources(self) -> Resources:
         nodes, per_node = self.nodes, self.gpus_per_node
@@ -83,7 +101,7 @@ class MagicArgs(BaseModel):
             switches=self.switches,
         )
 
-    def to_spec(self, source: str, inputs_sha256: str | None = None) -> JobSpec:
+    def to_spec(self, source: str, inputs_sha256: str | None = None, sweep: Sweep | None = None) -> JobSpec:
         try:
             resources = self.resources()
         except ValidationError as exc:
@@ -108,6 +126,7 @@ class MagicArgs(BaseModel):
                 input_names=self.inputs,
                 inputs_sha256=inputs_sha256,
                 outputs=self.outputs,
+                sweep=sweep,
             )
         except ValidationError as exc:
             raise MagicUsageError(explain(exc)) from None
@@ -147,27 +166,51 @@ def _parser() -> _Parser:
     p.add_argument("--outputs", default="")
     p.add_argument("--detach", action="store_true")
     p.add_argument("--dry-run", action="store_true")
+    # %%cluster map only (parse_args refuses them elsewhere)
+    p.add_argument("--over", metavar="GRID", help="map: the variable holding the grid")
+    p.add_argument("--max-parallel", type=int, help="map: most points running at once (default 64)")
+    p.add_argument("--per-task", type=int, help="map: points one task runs one after another (default 1)")
+    p.add_argument("--as", dest="bind_as", metavar="NAME", help="map: bind the sweep's handle to NAME")
     return p
 
 
 PARSER = _parser()
+SWEEP_FLAGS = {"over": "--over", "max_parallel": "--max-parallel", "per_task": "--per-task", "bind_as": "--as"}
+"""The flags of `%%cluster map` alone (MagicArgs field → flag)."""
+MAP_HINT = "%%cluster map (e.g. %%cluster map --over grid --max-parallel 8)"
 
 
 def parse_line(line: str) -> MagicArgs:
-    """The `%%cluster` line, split as a shell would (quotes keep `--env "MSG=hello world"` whole)."""
+    """The `%%cluster` line, split as a shell would (quotes keep `--env "MSG=hello world"` whole).
+    A first word `map` makes it a sweep (`%%cluster map --over grid ...`)."""
     try:
         argv = shlex.split(line)
     except ValueError as exc:
         raise MagicUsageError(f"cannot read the %%cluster line: {exc}") from None
+    if argv[:1] == ["map"]:
+        return parse_args(argv[1:], sweep=True)
     return parse_args(argv)
 
 
-def parse_args(argv: list[str]) -> MagicArgs:
-    """`%%cluster` options already split into arguments (the command line's), taken as they are."""
+def parse_args(argv: list[str], sweep: bool = False, sweep_hint: str = MAP_HINT) -> MagicArgs:
+    """`%%cluster` options already split into arguments (the command line's), taken as they are.
+    `sweep`: options of a sweep (its flags allowed, --launcher plain unless said); elsewhere a
+    sweep's flag is refused with `sweep_hint`, where it belongs."""
     try:
         ns = PARSER.parse_args(argv)
     except argparse.ArgumentError as exc:
         raise MagicUsageError(f"{exc}; usage: {usage()}") from None
+    if not sweep:
+        given = [flag for field, flag in SWEEP_FLAGS.items() if getattr(ns, field) is not None]
+        if given:
+            verb = "belongs" if len(given) == 1 else "belong"
+            raise MagicUsageError(f"{', '.join(given)} {verb} to {sweep_hint}")
+    elif ns.launcher is None:
+        ns.launcher = Launcher.plain.value
+    for field in ("over", "bind_as"):
+        name = getattr(ns, field)
+        if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
+            raise MagicUsageError(f"{SWEEP_FLAGS[field]} {name!r} is not a Python variable name")
     env = {}
     for item in ns.env:
         key, sep, value = item.partition("=")
@@ -175,7 +218,7 @@ def parse_args(argv: list[str]) -> MagicArgs:
             raise MagicUsageError(f"--env {item!r} is not KEY=VALUE")
         env[key] = value
     values = {k: v for k, v in vars(ns).items() if v is not None}
-    values.update(env=env, inputs=_names(ns.inputs), outputs=_names(ns.outputs), data=_names(ns.data))
+    values.update(env=env, inputs=_names(ns.inputs), outputs=_names(ns.outputs), data=_names(ns.data), sweep=sweep)
     try:
         return MagicArgs.model_validate(values)
     except ValidationError as exc:

@@ -3,6 +3,9 @@
 %%cluster --gpus 2 --launcher torchrun --outputs loss
 ...cell...
 
+%%cluster map --over grid --max-parallel 8 --outputs loss [--as sweep]
+...cell, run once per point of grid, its values bound as variables...
+
 %cluster list | status ID | attach ID | logs ID | cancel ID
 """
 
@@ -18,8 +21,10 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from cellscale.bundle import InputError, pack_inputs
 from cellscale.client import RETRYABLE, ApiError, Client
 from cellscale.display import describe, make_view, status_line
-from cellscale.magicargs import MagicUsageError, parse_line, usage
+from cellscale.magicargs import MagicArgs, MagicUsageError, parse_line, usage
+from cellscale.points import GridError
 from cellscale.spec import JobView, Phase
+from cellscale.sweep import Sweep, SweepPlan, announce
 
 STATUS_REFRESH_SECONDS = 1.0
 RECONNECT_SECONDS = 180.0
@@ -57,7 +62,7 @@ class ClusterMagics(Magics):
             if cell is None:
                 return self._command(line)
             return self._run_cell(line, cell)
-        except (MagicUsageError, InputError) as exc:
+        except (MagicUsageError, InputError, GridError) as exc:
             raise UsageError(str(exc)) from None
         except ApiError as exc:
             raise UsageError(f"the control plane refused: {exc}") from None
@@ -65,6 +70,8 @@ class ClusterMagics(Magics):
     # -- %%cluster ---------------------------------------------------------------------------
     def _run_cell(self, line: str, cell: str):
         args = parse_line(line)
+        if args.sweep:
+            return self._run_map(args, cell)
         unsent = "0" * 64 if args.inputs else None  # stands for the bundle until it is uploaded
         spec = args.to_spec(cell, unsent)  # validates everything before anything is sent
         blob = pack_inputs(self.shell.user_ns, args.inputs) if args.inputs else None
@@ -84,14 +91,52 @@ class ClusterMagics(Magics):
             return None
         return self.attach(job.id)
 
+    def _run_map(self, args: MagicArgs, cell: str):
+        """`%%cluster map`: ONE job running the cell once per point of --over's grid; returns its
+        Sweep handle at once (the cell's Out shows it live)."""
+        if not args.over:
+            raise MagicUsageError(
+                "%%cluster map needs --over GRID: the notebook variable holding the grid (a list of dicts, "
+                "a DataFrame, or a dict of lists), e.g. %%cluster map --over grid --max-parallel 8"
+            )
+        if args.over not in self.shell.user_ns:
+            raise MagicUsageError(
+                f"--over {args.over}: no variable {args.over!r} in this notebook; "
+                "run the cell that defines the grid first"
+            )
+        try:
+            plan = SweepPlan(args, cell, self.shell.user_ns[args.over])  # validates everything before anything is sent
+        except GridError as exc:
+            raise MagicUsageError(f"--over {args.over}: {exc}") from None
+        blob = pack_inputs(self.shell.user_ns, args.inputs) if args.inputs else None
+        if args.dry_run:
+            rendered = self.client.render(plan.spec)
+            print(rendered.script)
+            if rendered.estimate:
+                print(f"[cellscale] would cost {rendered.estimate.words}")
+            return None
+        sweep = plan.submit(self.client, blob)
+        print(announce(sweep))
+        if args.bind_as:
+            self.shell.user_ns[args.bind_as] = sweep
+        if args.detach:
+            if not args.bind_as:
+                sweep.close()  # nothing holds it: no need to follow
+            print(f"[cellscale] follow it with: {args.bind_as or f'%cluster attach {sweep.job_id}'}")
+            return None
+        return sweep
+
     def attach(self, job_id: str):
-        """Show the job live until it ends, then bring its outputs into the notebook."""
+        """Show the job live until it ends, then bring its outputs into the notebook. A sweep:
+        its progress line until it ends, then its summary; returns its Sweep handle."""
+        job = self.client.get(job_id)
+        if job.sweep is not None or job.spec.sweep is not None:
+            return self._attach_sweep(job)
         view = make_view(self.shell)
         chunks: queue.Queue = queue.Queue()
         stop = threading.Event()
         follower = threading.Thread(target=self._follow, args=(job_id, chunks, stop), daemon=True)
         follower.start()
-        job = self.client.get(job_id)
         view.status(job)
         refreshed = time.monotonic()
         try:
@@ -118,6 +163,19 @@ class ClusterMagics(Magics):
             stop.set()
             view.close()
         return self._finish(job)
+
+    def _attach_sweep(self, job: JobView) -> Sweep:
+        sweep = Sweep.attach(self.client, job)
+        try:
+            sweep._wait(None)
+        except KeyboardInterrupt:
+            print(f"[cellscale] detached; {job.id} keeps running. Re-attach with: %cluster attach {job.id}")
+            return sweep
+        sweep._mark_shown(self.shell)  # the cell's Out is this handle: not shown twice
+        p = sweep.progress
+        hint = "; .failed() lists the failures, .retry() runs them again" if p.failed else ""
+        print(f"[cellscale] {sweep.line()}{hint}")
+        return sweep
 
     def _refresh(self, job: JobView, wait: bool) -> JobView:
         """The job's newest state; while the control plane restarts, the last one seen

@@ -105,6 +105,9 @@ FLAGS: dict[str, str] = {
     "env": "--env",
     "input_names": "--inputs",
     "outputs": "--outputs",
+    "sweep.points": "--over",
+    "sweep.max_parallel": "--max-parallel",
+    "sweep.per_task": "--per-task",
 }
 """JobSpec field (dotted path) → the `%%cluster` flag that sets it (cellscale.magicargs)."""
 
@@ -127,7 +130,12 @@ def clause(where: str, error: Mapping) -> str:
     return f"{where}: {message}" if where else message
 
 
-SPEC_PARTS: dict[str, tuple[str, ...]] = {"JobSpec": (), "Resources": ("resources",), "Retries": ("retries",)}
+SPEC_PARTS: dict[str, tuple[str, ...]] = {
+    "JobSpec": (),
+    "Resources": ("resources",),
+    "Retries": ("retries",),
+    "Sweep": ("sweep",),
+}
 """The models a JobSpec is made of (a ValidationError's title), and where each sits in it."""
 
 

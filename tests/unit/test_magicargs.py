@@ -78,3 +78,34 @@ def test_empty_cell_is_refused():
 def test_cpus_and_memory_make_the_gang(line, cpus, memory_mb, gpus):
     resources = parse_line(line).to_spec("x = 1").resources
     assert (resources.cpus, resources.memory_mb, resources.gpus) == (cpus, memory_mb, gpus)
+
+
+def test_map_is_a_sweep_with_its_own_flags_and_a_plain_launcher():
+    args = parse_line("map --over grid --max-parallel 8 --per-task 4 --as s --gpus 1 --outputs loss")
+    assert args.sweep and args.over == "grid" and (args.max_parallel, args.per_task, args.bind_as) == (8, 4, "s")
+    assert args.launcher is Launcher.plain
+    spec = args.to_spec("x = 1", sweep=args.sweep_of(100, "a" * 64))
+    assert (spec.sweep.tasks, spec.sweep.slots, spec.resources.gpus_per_node) == (25, 8, 1)
+    assert spec.demand.gpus == 8  # admission holds its slots side by side
+
+
+def test_without_map_the_line_parses_as_before():
+    args = parse_line("--gpus 2 --name map")
+    assert not args.sweep and args.launcher is Launcher.torchrun and args.name == "map"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--over grid", "--over belongs to %%cluster map"),
+        ("--per-task 2", "--per-task belongs to %%cluster map"),
+        ("--as s --gpus 1", "--as belongs to %%cluster map"),
+        ("map --launcher torchrun", "use --launcher plain"),
+        ("map --per-task 0", "--per-task: Input should be greater than or equal to 1"),
+        ("map --over 'my grid'", "--over 'my grid' is not a Python variable name"),
+    ],
+)
+def test_sweep_flags_say_where_they_belong(line, message):
+    with pytest.raises(MagicUsageError, match=message):
+        args = parse_line(line)
+        args.to_spec("x = 1", sweep=args.sweep_of(10, "a" * 64))
