@@ -97,7 +97,8 @@ def test_250_points_run_as_three_throttled_arrays_and_lose_only_the_points_of_a_
     assert Phase(done["phase"]) is Phase.FAILED, done["reason"]  # point 17 raised
     assert peak <= SLOTS, f"{peak} tasks ran at once with --max-parallel {SLOTS}"
     with sweep_plane.store.session() as session:
-        arrays = list(session.scalars(select(SweepArray).where(SweepArray.job_id == job["id"]).order_by(SweepArray.number)))
+        query = select(SweepArray).where(SweepArray.job_id == job["id"]).order_by(SweepArray.number)
+        arrays = list(session.scalars(query))
     first = [a for a in arrays if a.number <= 3]
     assert [(a.offset, len(a.tasks)) for a in first] == [(o, min(size, POINTS - o)) for o in range(0, POINTS, size)]
     view = points(sweep_plane, job["id"])
