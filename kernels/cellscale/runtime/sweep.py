@@ -40,7 +40,7 @@ def run_task(job: SweepDir, number: int, index: int) -> int:
     if plan is None or not 0 <= index < len(plan.tasks):
         print(f"[cellscale] array {number} has no task {index}", file=sys.stderr)
         return 2
-    host = socket.gethostname()
+    host = node_name()
     job.write_task_started(number, index, TaskStarted(host=host, pid=os.getpid(), at=time.time()))
     fields = job.read_plan_fields()
     os.environ.update(fields.get("env") or {})
@@ -132,6 +132,12 @@ def _restore(saved: tuple[int, int]) -> None:
     os.dup2(saved[1], 2)
     os.close(saved[0])
     os.close(saved[1])
+
+
+def node_name() -> str:
+    """The node as the scheduler names it (Slurm's node name: several nodes may share a host
+    name, as the dev cluster's do), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 # -- the local backend's pool --------------------------------------------------------------------
