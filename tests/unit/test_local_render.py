@@ -17,6 +17,12 @@ CASES = {
     "local-plain-cpu": {"launcher": "plain"},
     "local-jax-2gpu": {"launcher": "jax", "resources": {"gpus_per_node": 2}},
     "local-quoting": {"launcher": "plain", "name": "x-y"},
+    # a sweep: one task pool per array, 1 GPU per task, 4 at a time
+    "local-sweep": {
+        "launcher": "plain",
+        "resources": {"gpus_per_node": 1},
+        "sweep": {"points": 250, "points_sha256": "0" * 64, "max_parallel": 4, "per_task": 10},
+    },
 }
 
 

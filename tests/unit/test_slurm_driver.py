@@ -12,9 +12,9 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
-from cellscale.spec import BackendView, JobSpec, Launcher
+from cellscale.spec import BackendView, JobSpec, Launcher, Sweep
 from cellscale.vocabulary import AttemptState, Fault
-from cellscale_hub.drivers.base import AttemptRef, BackendUnreachable, SpecRejected
+from cellscale_hub.drivers.base import ArrayPlan, ArrayRef, AttemptRef, BackendUnreachable, SpecRejected
 from cellscale_hub.drivers.slurm import (
     AccountLimits,
     SlurmDriver,
@@ -86,12 +86,49 @@ def test_render_matches_golden(case, resources, traits, excluded):
     assert script == path.read_text()
 
 
+SWEEP = {"points": 250, "points_sha256": "0" * 64, "max_parallel": 8}
+
+
+@pytest.mark.parametrize(
+    ("case", "number", "offset", "tasks", "throttle", "held", "excluded"),
+    [
+        # the second chunk of a 250-task sweep at MaxArraySize 101, held until a slot frees
+        ("slurm-sweep-chunk", 2, 101, [[p] for p in range(101, 202)], 0, True, []),
+        # a retry of two points whose node failed, packed 2 per task, avoiding that node
+        ("slurm-sweep-retry", 4, 0, [[42, 43]], 1, False, ["node3"]),
+    ],
+)
+def test_sweep_arrays_match_golden(case, number, offset, tasks, throttle, held, excluded):
+    driver = SlurmDriver(name="slurm", python="/opt/venv/bin/python", partition="gpu")
+    spec = JobSpec(
+        source="y = x", launcher="plain", resources={"gpus_per_node": 1, "cpus_per_task": 4, "timeout_min": 20}
+    )
+    spec = spec.model_copy(update={"sweep": Sweep(**SWEEP, per_task=len(tasks[0]))})
+    plan = ArrayPlan(
+        number=number,
+        attempt=1,
+        offset=offset,
+        tasks=tasks,
+        throttle=throttle,
+        held=held,
+        timeout_s=20 * 60.0 * len(tasks[0]),
+        excluded_nodes=excluded,
+    )
+    script = driver.render_array(ArrayRef(ref(spec), plan))
+    path = GOLDEN / f"{case}.sh"
+    if os.environ.get("CELLSCALE_UPDATE_GOLDEN"):
+        path.write_text(script)
+    assert script == path.read_text()
+
+
 def test_render_runs_no_slurm_command(monkeypatch, tmp_path):
     """The dry run works where no Slurm client is installed, even for an attempt that avoids nodes."""
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no sinfo, no squeue
     driver = SlurmDriver(name="slurm", python="/opt/venv/bin/python")
     attempt = dataclasses.replace(ref(JobSpec(source="x", resources={"nodes": 2})), excluded_nodes=("node2", "node1"))
     assert "#SBATCH --exclude=node1,node2\n" in driver.render(attempt)
+    sweep = JobSpec(source="y = x", launcher="plain", sweep=SWEEP)
+    assert "#SBATCH --array=0-249%8\n" in driver.render(ref(sweep))  # a sweep's first array
 
 
 @pytest.mark.parametrize(

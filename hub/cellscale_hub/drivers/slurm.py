@@ -81,6 +81,8 @@ MANAGED_OPTIONS = frozenset(
         "requeue",
         "no-requeue",
         "comment",
+        "array",  # a sweep's, with its throttle
+        "hold",
     }
 )
 DEFAULT_BATCH_TEMPLATE = """\
@@ -123,6 +125,7 @@ UNREACHABLE = re.compile(
 # convention) marks a resume that found no capacity "stockout: ...", one that never
 # registered "boot-failed: ...", and a spot reclaim notice "spot-reclaim: ..."
 CAPACITY_REASONS = ("stockout", "boot-failed")
+DEFAULT_MAX_ARRAY_SIZE = 1001  # slurm.conf's default MaxArraySize
 NOTICE_REASON = "spot-reclaim"
 ESTIMATE = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
@@ -707,14 +710,15 @@ class SlurmDriver(Driver):
         if self._array_size and now - self._array_size[0] < self.capacity_seconds:
             return self._array_size[1]
         match = re.search(r"^MaxArraySize\s*=\s*(\d+)", self._run(["scontrol", "show", "config"]), re.MULTILINE)
-        size = int(match.group(1)) if match else 1001
+        size = int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
         self._array_size = (now, size)
         return size
 
     def sample_array(self, ref: AttemptRef) -> ArrayRef:
-        """The first array a sweep's attempt would submit (for the dry run)."""
+        """The first array a sweep's attempt would submit (for the dry run, which runs no Slurm
+        command: chunked by the MaxArraySize last read, else Slurm's default)."""
         sweep = ref.spec.sweep
-        tasks = min(sweep.tasks, self.max_array_size())
+        tasks = min(sweep.tasks, self._array_size[1] if self._array_size else DEFAULT_MAX_ARRAY_SIZE)
         plan = ArrayPlan(
             number=1,
             attempt=ref.number,
@@ -742,6 +746,7 @@ class SlurmDriver(Driver):
             *([f"--gres=gpu:{res.gpus_per_node}"] if res.gpus_per_node else []),
             f"--time={max(1, -(-int(plan.timeout_s) // 60))}",
             f"--array=0-{len(plan.tasks) - 1}%{max(1, plan.throttle)}",
+            *(["--hold"] if plan.held else []),  # released when a slot of the sweep frees
             *([f"--exclude={','.join(excluded)}"] if excluded else []),
             f"--chdir={ref.job_dir}",
             f"--output={ref.job_dir / 'arrays' / 'slurm-%A_%a.out'}",
@@ -771,8 +776,7 @@ class SlurmDriver(Driver):
         script.chmod(0o644)
         if _owner_of(ref.job_dir) != ref.owner:
             hand_to_owner(ref.owner, ref.job_dir)
-        hold = ["--hold"] if array.plan.held else []
-        out = self._run([*self._as_user(ref.owner), "sbatch", "--parsable", *hold, str(script)])
+        out = self._run([*self._as_user(ref.owner), "sbatch", "--parsable", str(script)])
         return out.strip().split(";")[0]
 
     def live_tasks(self, arrays: list[ArrayRef]) -> dict[tuple[str, int], dict[int, str]]:
