@@ -220,8 +220,12 @@ class SweepRunner:
                 for k, ((offset, part), limit) in enumerate(zip(chunks, limits, strict=True)):
                     arrays.append(self._new_array(session, ref, first + k, offset, part, limit, []))
                 self._assign(session, ref.job_id, arrays)
-        for row in arrays:
-            self._submit(driver, ref, row)
+        try:
+            for row in arrays:
+                self._submit(driver, ref, row)
+        except Exception:
+            self.cancel(driver, ref)  # none of this attempt may run beside the next one
+            raise
         return _summary(arrays)
 
     def _new_array(
@@ -385,6 +389,7 @@ class SweepRunner:
                     if self._retry(ref.spec, row, end.fault):
                         retry.append(row.index)
             stored = {r.number: r for r in self._arrays(session, ref)}
+            unsubmitted = [r for r in stored.values() if not r.backend_ref]
             active = []
             for array in arrays:
                 if array.backend_ref and not live.get(array.key):
@@ -406,8 +411,9 @@ class SweepRunner:
                 "eta_s": _eta(points.values(), seen.first_start),
             }
             settled = all(s in SETTLED for s in statuses)
-            observation = self._attempt_state(points, settled, bool(active or new_rows), stopping, seen)
-        for row in new_rows:
+            waiting = bool(active or new_rows or (unsubmitted and not stopping))
+            observation = self._attempt_state(points, settled, waiting, stopping, seen)
+        for row in ([] if stopping else unsubmitted) + new_rows:  # an earlier cycle's that failed: again
             self._submit(driver, ref, row)
         self._apply_throttles(driver, changes)
         return observation

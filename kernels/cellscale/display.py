@@ -111,8 +111,9 @@ def sweep_line(progress: SweepProgress, job: JobView | None = None) -> str:
             took = f" in {clock_duration((job.finished_at - job.started_at).total_seconds())}"
         parts.append(f"{job.phase.value.lower()}{took}")
     elif job is not None and job.phase is Phase.PENDING:
-        reason = " ".join((job.reason or "").split())
-        parts.append(f"waiting: {reason[:77] + '...' if len(reason) > 80 else reason}" if reason else "waiting")
+        reason = " ".join((job.reason or "").split()).removeprefix("waiting for admission; ")
+        reason = reason.removeprefix("waiting: ").removeprefix("waiting ")
+        parts.append(f"waiting {reason[:77] + '...' if len(reason) > 80 else reason}" if reason else "waiting")
     elif p.eta_s is not None:
         parts.append(f"ETA {clock_duration(p.eta_s)}")
     return " · ".join(parts)

@@ -85,3 +85,56 @@ def test_terminal_ipython_starts_then_reuses_a_personal_control_plane(personal_h
         [*cli, "submit", str(script), "--gpu", "2"], env=personal_home, capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 2 and "did you mean --gpus" in bad.stderr
+
+
+MAP_SESSION = """
+import cellscale
+sweep = cellscale.map(lambda a, b: {"sq": a * a + b}, {"a": [1, 2, 3], "b": [0, 10]}, max_parallel=2).wait()
+print("SQ", sweep.df["sq"].tolist())
+print("STATUS", sorted(set(sweep.df["status"])))
+"""
+
+
+def test_a_sweep_from_the_command_line_and_from_code(personal_home):
+    home = Path(personal_home["CELLSCALE_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    grid = home / "grid.csv"
+    grid.write_text("lr,seed\n0.1,0\n0.1,1\n0.2,0\n0.2,1\n")
+    script = home / "point.py"
+    script.write_text("pnl = lr * 100 + seed\nif (lr, seed) == (0.2, 1):\n    raise ValueError('diverged')\n")
+    cli = [
+        str(BIN / "cellscale"),
+        "submit",
+        str(script),
+        "--sweep",
+        str(grid),
+        "--max-parallel",
+        "2",
+        "--outputs",
+        "pnl",
+    ]
+    first = subprocess.run(cli, env=personal_home, capture_output=True, timeout=180)  # bytes: \r stays \r
+    stderr = first.stderr.decode()
+    assert first.returncode == 1, first  # one point failed
+    assert "1 of 4 points failed" in stderr and "point 3 (lr=0.2, seed=1): ValueError: diverged" in stderr
+    assert stderr.count("\n") == 4, stderr  # the submit, ONE progress line (rewritten with \r), the summary
+    again = subprocess.run(cli, env=personal_home, capture_output=True, text=True, timeout=180)
+    assert again.returncode == 1 and "1 of 4 points failed" in again.stderr  # only the failed point ran again
+    job_id = again.stdout.split()[0]
+    status = subprocess.run(
+        [str(BIN / "cellscale"), "status", job_id], env=personal_home, capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(status.stdout)["sweep"]["cached"] == 3, status
+
+    path = home / "map.ipy"
+    path.write_text(MAP_SESSION)
+    run = subprocess.run(
+        [str(BIN / "ipython"), "--no-banner", "--colors=NoColor", str(path)],
+        env=personal_home,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
+    out = run.stdout + run.stderr
+    assert "SQ [1, 11, 4, 14, 9, 19]" in out and "STATUS ['done']" in out, out

@@ -538,7 +538,7 @@ def test_status_and_list_show_a_sweeps_progress(client):
     assert " · sweep 1/3 · 2 × 1 CPU on local" in status_line(job)
     assert "  sweep: 1/3 done · 1 running · ETA 0:42" in describe(job)
     pending = job.model_copy(update={"phase": Phase.PENDING, "reason": "waiting for 2 CPUs"})
-    assert sweep_line(job.sweep, pending) == "1/3 done · 1 running · waiting: waiting for 2 CPUs"
+    assert sweep_line(job.sweep, pending) == "1/3 done · 1 running · waiting for 2 CPUs"
 
 
 # -- the command line ----------------------------------------------------------------------------

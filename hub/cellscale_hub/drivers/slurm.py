@@ -767,11 +767,11 @@ class SlurmDriver(Driver):
 
     def submit_array(self, array: ArrayRef) -> str:
         ref = array.ref
-        if ref.resubmit:
+        script = ref.job_dir / "arrays" / f"{array.plan.number}.sbatch"
+        if ref.resubmit or script.exists():  # submitted before a restart, or by a try that failed late
             found = self._find_name(array_name(array))
             if found:
                 return found
-        script = ref.job_dir / "arrays" / f"{array.plan.number}.sbatch"
         script.write_text(self.render_array(array))
         script.chmod(0o644)
         if _owner_of(ref.job_dir) != ref.owner:
