@@ -600,6 +600,25 @@ class PointPage(BaseModel):
     stamp: int = Field(description="Pass as since= to get only the points that changed after this page.")
 
 
+MAX_RESULTS_PER_CALL = 200
+"""Most points whose outputs one GET /api/jobs/ID/points/results returns."""
+
+
+class PointResult(BaseModel):
+    index: int
+    result_job: str = Field(description="The job whose task wrote them (its key signed them).")
+    data: str = Field(description="The pickled outputs, base64 (never unpickled by the control plane).")
+    tag: str | None = Field(None, description="HMAC-SHA256 of the bytes under the key of result_job.")
+
+
+class PointResults(BaseModel):
+    """Several points' outputs at once (a notebook fills its DataFrame with a few calls)."""
+
+    items: list[PointResult]
+    missing: list[int] = Field(default_factory=list, description="Asked for; no outputs (yet).")
+    later: list[int] = Field(default_factory=list, description="Left for the next call: the answer was big enough.")
+
+
 class JobPage(BaseModel):
     items: list[JobView]
     next_cursor: str | None = Field(None, description="Pass as cursor= to get the next page.")

@@ -34,11 +34,11 @@ import httpx
 from pydantic import ValidationError
 
 from cellscale.bundle import InputError, pack_inputs
-from cellscale.client import ApiError, Client, ResultUnverified
+from cellscale.client import ApiError, Client
 from cellscale.display import sweep_line
 from cellscale.magicargs import MagicArgs, MagicUsageError
 from cellscale.points import GridError, decode, manifest, points_of
-from cellscale.spec import JobSpec, JobView, PointView, SweepProgress
+from cellscale.spec import MAX_RESULTS_PER_CALL, JobSpec, JobView, PointView, SweepProgress
 from cellscale.vocabulary import Launcher, PointStatus
 from cellscale.wire import explain
 
@@ -240,26 +240,27 @@ class Sweep:
             ]
 
     def _fetch_results(self) -> None:
-        for row in self._unread()[:RESULTS_PER_POLL]:
+        """The outputs of points newly done, MAX_RESULTS_PER_CALL a call, RESULTS_PER_POLL a poll."""
+        unread = [row.index for row in self._unread()[:RESULTS_PER_POLL]]
+        for start in range(0, len(unread), MAX_RESULTS_PER_CALL):
             try:
-                values = self.client.point_result(self.job_id, row.index, row.result_job)
-            except ResultUnverified as exc:
-                self._give_up(row.index, str(exc))
-                continue
+                values, problems, missing = self.client.point_results(
+                    self.job_id, unread[start : start + MAX_RESULTS_PER_CALL]
+                )
             except httpx.TransportError:
                 raise
             except ApiError as exc:
                 if exc.status >= 500:
                     raise
-                self._result_refusals[row.index] += 1
-                if self._result_refusals[row.index] >= RESULT_TRIES:
-                    self._give_up(row.index, f"its outputs could not be read: {exc}")
-                continue
-            except Exception as exc:  # noqa: BLE001 - an unpickling failure belongs to that point
-                self._give_up(row.index, f"its outputs could not be unpickled here: {type(exc).__name__}: {exc}")
-                continue
+                values, problems, missing = {}, {}, unread[start : start + MAX_RESULTS_PER_CALL]
+            for index, why in problems.items():
+                self._give_up(index, why)
+            for index in missing:
+                self._result_refusals[index] += 1
+                if self._result_refusals[index] >= RESULT_TRIES:
+                    self._give_up(index, "its outputs could not be read from the control plane")
             with self._lock:
-                self._results[row.index] = dict(values)
+                self._results.update({index: dict(v) for index, v in values.items()})
 
     def _give_up(self, index: int, why: str) -> None:
         with self._lock:

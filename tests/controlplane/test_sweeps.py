@@ -3,6 +3,7 @@ outcome, result and log; the result cache; retries by fault class; the slots bou
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -90,6 +91,14 @@ def test_a_sweep_runs_every_point_as_its_own_task_within_its_slots(sweep_plane, 
     assert all(by_index[i]["status"] == "done" and by_index[i]["tries"] == 1 for i in by_index if i != 5)
     result = sweep_plane.http.get(f"/api/jobs/{done['id']}/points/7/result", headers=sweep_plane.as_("alice"))
     assert cloudpickle.loads(result.content) == {"y": 70}
+    bulk = sweep_plane.http.get(
+        f"/api/jobs/{done['id']}/points/results", params={"indices": "0,5,7"}, headers=sweep_plane.as_("alice")
+    ).json()
+    assert [(i["index"], cloudpickle.loads(base64.b64decode(i["data"]))) for i in bulk["items"]] == [
+        (0, {"y": 0}),
+        (7, {"y": 70}),
+    ]
+    assert bulk["missing"] == [5]  # it failed: no outputs
     log = sweep_plane.http.get(f"/api/jobs/{done['id']}/points/7/logs", headers=sweep_plane.as_("alice")).json()
     assert "point says 70" in log["text"] and "point says 60" not in log["text"]
     assert most_at_once(tmp_path / "stamps.txt") <= 3  # --max-parallel 3 (the quota could hold 2 GPU jobs more)
@@ -129,7 +138,7 @@ def test_a_killed_task_is_an_infrastructure_fault_retried_for_its_points_only(sw
     victim = None
     while victim is None and time.monotonic() < deadline:
         sweep_plane.controller.cycle()
-        started = sorted(p for p in runs.glob("*") if not p.name.endswith(".end")) if runs.exists() else []
+        started = sorted(p for p in runs.glob("[0-9]*") if not p.name.endswith(".end")) if runs.exists() else []
         if started:
             victim = json.loads(started[0].read_text())
         time.sleep(0.1)

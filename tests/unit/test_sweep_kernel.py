@@ -97,6 +97,19 @@ class FakeSweepClient:
             raise value
         return value
 
+    def point_results(self, job_id, indices) -> tuple[dict, dict, list]:
+        """As the bulk route: each point's outputs, read from the job that wrote them."""
+        values, problems, missing = {}, {}, []
+        for index in indices:
+            row = self.jobs[job_id]["rows"][index]
+            try:
+                values[index] = self.point_result(job_id, index, row.result_job)
+            except ResultUnverified as exc:
+                problems[index] = str(exc)
+            except KeyError:
+                missing.append(index)
+        return values, problems, missing
+
     def point_logs(self, job_id, index, offset=0) -> LogChunk:
         text = f"[point {index}] hello\n"[offset:]
         return LogChunk(offset=offset, next_offset=offset + len(text.encode()), text=text, complete=True)

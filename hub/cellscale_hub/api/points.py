@@ -3,6 +3,7 @@ outputs (opaque bytes with the job's signature) and each point's own log."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from typing import Annotated
 
@@ -11,7 +12,15 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, Response
 from sqlalchemy import select
 
-from cellscale.spec import MAX_SAFE_INT, RESULT_TAG_HEADER, LogChunk, PointPage
+from cellscale.spec import (
+    MAX_RESULTS_PER_CALL,
+    MAX_SAFE_INT,
+    RESULT_TAG_HEADER,
+    LogChunk,
+    PointPage,
+    PointResult,
+    PointResults,
+)
 from cellscale.vocabulary import PointStatus
 from cellscale_hub.api.context import Context, context, require
 from cellscale_hub.api.errors import refusals
@@ -23,6 +32,13 @@ Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
 Ctx = Annotated[Context, Depends(context)]
 Index = Annotated[int, PathParam(ge=0, le=MAX_SAFE_INT)]
 MAX_POINT_LOG_BYTES = 4 * 2**20
+RESULTS_BYTES = 32 * 2**20  # one bulk answer stops adding outputs past this
+
+
+def outputs_file(ctx: Context, row: SweepPoint | None, source: Job | None):
+    """(path, tag) of a point's outputs in the directory of the job that wrote them, or None."""
+    driver = ctx.drivers.get(source.backend) if row is not None and source is not None else None
+    return driver.point_result_file(ctx.jobs_root / source.id, row.result_point, row.result_array) if driver else None
 
 
 def routes(router: APIRouter, visible_job: Callable[..., Job]) -> None:
@@ -51,6 +67,39 @@ def routes(router: APIRouter, visible_job: Callable[..., Job]) -> None:
                 query = query.where(SweepPoint.status == status)
             rows = list(session.scalars(query.order_by(SweepPoint.index).offset(offset).limit(limit)))
             page = PointPage(items=[point_view(r) for r in rows], stamp=max((r.stamp for r in rows), default=since))
+        return Response(page.model_dump_json(), media_type="application/json")
+
+    @router.get("/jobs/{job_id}/points/results", response_model=PointResults, responses=refusals(401, 403, 404, 422))
+    def point_results(
+        job_id: str,
+        who: Reader,
+        ctx: Ctx,
+        indices: Annotated[str, Query(max_length=MAX_RESULTS_PER_CALL * 8, pattern=r"^\d{1,9}(,\d{1,9})*$")],
+    ) -> Response:
+        """The outputs of several points (at most MAX_RESULTS_PER_CALL, about RESULTS_BYTES in
+        all): each pickled by its task, base64, with its signature; those without outputs (yet)
+        are `missing`, those past the size `later` (ask again)."""
+        wanted = list(dict.fromkeys(int(i) for i in indices.split(",")))
+        if len(wanted) > MAX_RESULTS_PER_CALL:
+            raise HTTPException(422, f"ask for at most {MAX_RESULTS_PER_CALL} points at once")
+        with ctx.store.session() as session:
+            job = sweep_of(session, job_id, who)
+            query = select(SweepPoint).where(SweepPoint.job_id == job_id, SweepPoint.index.in_(wanted))
+            found = {r.index: r for r in session.scalars(query) if r.result_job}
+            jobs = select(Job).where(Job.id.in_({r.result_job for r in found.values()}), Job.owner == job.owner)
+            sources = {j.id: j for j in session.scalars(jobs)}
+        items, missing, later, size = [], [], [], 0
+        for index in wanted:
+            row = found.get(index)
+            file = outputs_file(ctx, row, sources.get(row.result_job) if row else None)
+            if file is None or size >= RESULTS_BYTES:
+                (missing if file is None else later).append(index)
+                continue
+            data = file[0].read_bytes()
+            size += len(data)
+            text = base64.b64encode(data).decode()
+            items.append(PointResult(index=index, result_job=row.result_job, data=text, tag=file[1]))
+        page = PointResults(items=items, missing=missing, later=later)
         return Response(page.model_dump_json(), media_type="application/json")
 
     @router.get(

@@ -513,6 +513,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/jobs/{job_id}/points/results": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Point Results
+         * @description The outputs of several points (at most MAX_RESULTS_PER_CALL, about RESULTS_BYTES in
+         *     all): each pickled by its task, base64, with its signature; those without outputs (yet)
+         *     are `missing`, those past the size `later` (ask again).
+         */
+        get: operations["point_results_api_jobs__job_id__points_results_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jobs/{job_id}/points/{index}/result": {
         parameters: {
             query?: never;
@@ -1506,6 +1528,44 @@ export interface components {
              * @description Pass as since= to get only the points that changed after this page.
              */
             stamp: number;
+        };
+        /** PointResult */
+        PointResult: {
+            /** Index */
+            index: number;
+            /**
+             * Result Job
+             * @description The job whose task wrote them (its key signed them).
+             */
+            result_job: string;
+            /**
+             * Data
+             * @description The pickled outputs, base64 (never unpickled by the control plane).
+             */
+            data: string;
+            /**
+             * Tag
+             * @description HMAC-SHA256 of the bytes under the key of result_job.
+             */
+            tag?: string | null;
+        };
+        /**
+         * PointResults
+         * @description Several points' outputs at once (a notebook fills its DataFrame with a few calls).
+         */
+        PointResults: {
+            /** Items */
+            items: components["schemas"]["PointResult"][];
+            /**
+             * Missing
+             * @description Asked for; no outputs (yet).
+             */
+            missing?: number[];
+            /**
+             * Later
+             * @description Left for the next call: the answer was big enough.
+             */
+            later?: number[];
         };
         /**
          * PointStatus
@@ -3482,6 +3542,66 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PointPage"];
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such job (or not visible to you), queue or flavor. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    point_results_api_jobs__job_id__points_results_get: {
+        parameters: {
+            query: {
+                indices: string;
+            };
+            header?: never;
+            path: {
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PointResults"];
                 };
             };
             /** @description No valid JupyterHub token. */
