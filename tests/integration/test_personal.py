@@ -43,10 +43,10 @@ def personal_home(tmp_path):
             time.sleep(0.2)
 
 
-def ipython(env) -> str:
+def ipython(env, session: str = SESSION) -> str:
     """A terminal IPython (TerminalInteractiveShell) running the session script."""
     path = Path(env["CELLSCALE_HOME"]).parent / "session.ipy"
-    path.write_text(SESSION)
+    path.write_text(session)
     run = subprocess.run(
         [str(BIN / "ipython"), "--no-banner", "--colors=NoColor", str(path)],
         env=env,
@@ -126,15 +126,5 @@ def test_a_sweep_from_the_command_line_and_from_code(personal_home):
     )
     assert json.loads(status.stdout)["sweep"]["cached"] == 3, status
 
-    path = home / "map.ipy"
-    path.write_text(MAP_SESSION)
-    run = subprocess.run(
-        [str(BIN / "ipython"), "--no-banner", "--colors=NoColor", str(path)],
-        env=personal_home,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        stdin=subprocess.DEVNULL,
-    )
-    out = run.stdout + run.stderr
+    out = ipython(personal_home, MAP_SESSION)
     assert "SQ [1, 11, 4, 14, 9, 19]" in out and "STATUS ['done']" in out, out

@@ -147,17 +147,7 @@ class JobDir:
 
     def supervisor_alive(self, attempt: int, node: int = 0) -> bool:
         """True while a supervisor holds the node's lock (the kernel drops it on death)."""
-        try:
-            fd = os.open(self.lock_file(attempt, node), os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        return lock_held(self.lock_file(attempt, node))
 
     def preempt_notice(self, attempt: int) -> Path:
         return self.attempt_dir(attempt) / "preempt-notice"
@@ -322,6 +312,21 @@ def _checkpoint_line(line: bytes) -> Checkpoint | None:
         return _records().Checkpoint.model_validate_json(line)
     except ValidationError:
         return None
+
+
+def lock_held(path: Path) -> bool:
+    """True while a process holds an flock on `path` (the kernel drops it when the process dies)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def sign(key: bytes, data: bytes) -> str:

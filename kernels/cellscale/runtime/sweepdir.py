@@ -15,12 +15,11 @@ combined log (`JobDir`'s layout otherwise).
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from cellscale.runtime.jobdir import JobDir, _read, _write, sign, write_atomic
+from cellscale.runtime.jobdir import JobDir, _read, _write, lock_held, sign, write_atomic
 from cellscale.runtime.records import ArrayPlan, PointOutcome, TaskEnded, TaskStarted
 
 
@@ -64,17 +63,7 @@ class SweepDir(JobDir):
 
     def pool_alive(self, number: int) -> bool:
         """True while a local pool holds the array's lock (the kernel drops it on death)."""
-        try:
-            fd = os.open(self.pool_lock(number), os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        return lock_held(self.pool_lock(number))
 
     # -- tasks: written by each task (or its pool) ------------------------------------------------
     def write_task_started(self, number: int, index: int, record: TaskStarted) -> None:
