@@ -409,7 +409,7 @@ export function sweepFractions(p: SweepProgress): ISweepFractions {
 
 /** A sweep's progress in one line, as the notebook shows it under its cell:
  * "120/250 done · 8 running · 1 failed · 3 cached · ETA 0:42"; while it waits, "waiting";
- * once it ended, how ("succeeded"), and "· 2 retried" where points needed another try. */
+ * once it ended, how ("job succeeded"), and "· 2 retried" where points needed another try. */
 export function sweepLine(p: SweepProgress, phase?: Phase): string {
   const parts = [`${p.done + p.cached}/${p.points} done`];
   const counts: [number, string][] = [
@@ -425,7 +425,7 @@ export function sweepLine(p: SweepProgress, phase?: Phase): string {
     }
   }
   if (phase && isTerminal(phase)) {
-    parts.push(phaseLabel(phase).label);
+    parts.push(`job ${phaseLabel(phase).label}`);
   } else if (phase === 'PENDING') {
     parts.push('waiting');
   } else if (p.eta_s !== null && p.eta_s !== undefined) {

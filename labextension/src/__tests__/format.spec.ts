@@ -430,9 +430,9 @@ describe('sweeps', () => {
     expect(sweepLine(p, 'RUNNING')).toBe('120/250 done · 8 running · 1 failed · 3 cached · ETA 0:42');
     expect(sweepLine(progress({ queued: 250 }), 'PENDING')).toBe('0/250 done · waiting');
     expect(sweepLine(progress({ done: 248, failed: 2, retried: 3, eta_s: 0 }), 'FAILED')).toBe(
-      '248/250 done · 2 failed · 3 retried · failed'
+      '248/250 done · 2 failed · 3 retried · job failed'
     );
-    expect(sweepLine(progress({ done: 250 }), 'SUCCEEDED')).toBe('250/250 done · succeeded');
+    expect(sweepLine(progress({ done: 250 }), 'SUCCEEDED')).toBe('250/250 done · job succeeded');
     expect(sweepDescription(progress({ done: 120, failed: 1 }))).toBe('120 of 250 points done, 1 failed');
     expect(sweepDescription(progress({ points: 1, done: 1 }))).toBe('1 of 1 point done');
   });

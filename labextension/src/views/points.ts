@@ -25,6 +25,17 @@ const CHANGES_PAGE = 1000;
 /** Stamps are commit times in microseconds, not strictly in commit order: ask a little back. */
 const STAMP_OVERLAP_US = 10_000_000;
 const CHANGES_EVERY_MS = 2000;
+/** The table's columns: heading, and the class that aligns numbers. */
+const COLUMNS: [string, string][] = [
+  ['#', 'jp-cellscale-num'],
+  ['params', ''],
+  ['status', ''],
+  ['tries', 'jp-cellscale-num'],
+  ['node', ''],
+  ['wall', 'jp-cellscale-num'],
+  ['error', '']
+];
+let panes = 0;
 
 export class PointsPane {
   constructor(
@@ -46,15 +57,13 @@ export class PointsPane {
         h(
           'tr',
           {},
-          ...['#', 'params', 'status', 'tries', 'node', 'wall', 'error'].map(text =>
-            h('th', { attrs: { scope: 'col' }, text })
-          )
+          ...COLUMNS.map(([text, className]) => h('th', { className, attrs: { scope: 'col' }, text }))
         )
       ),
       this.rows
     );
     this.box.hidden = true;
-    this.box.append(this.info, this.problem, this.table, this.more);
+    this.box.append(this.info, this.problem, h('div', { className: 'jp-cellscale-pointsscroll' }, this.table), this.more);
     this.node.append(
       this.line,
       h('div', { className: 'jp-cellscale-sweepbox' }, this.bar, h('span', { className: 'jp-cellscale-actions' }, this.toggle)),
@@ -188,40 +197,58 @@ export class PointsPane {
 
   private render(): void {
     const ordered = orderPoints([...this.points.values()]);
-    const open = new Set(
-      [...this.rows.querySelectorAll<HTMLDetailsElement>('details[open]')].map(d => d.dataset.index)
-    );
-    this.rows.replaceChildren(...ordered.map(p => this.row(p, open.has(String(p.index)))));
+    this.rows.replaceChildren(...([] as HTMLTableRowElement[]).concat(...ordered.map(p => this.row(p))));
     const total = this.progress()?.points ?? ordered.length;
     const failed = ordered.filter(p => p.status === 'failed').length;
     this.info.textContent =
       `${ordered.length} of ${plural(total, 'point')} shown` + (failed ? `; the ${failed} failed first` : '');
   }
 
-  private row(p: PointView, open: boolean): HTMLTableRowElement {
-    const params = paramsText(p.params);
-    let error: Node | string = p.error ?? '';
-    if (p.traceback) {
-      const details = h(
-        'details',
-        { className: 'jp-cellscale-traceback', dataset: { index: String(p.index) } },
-        h('summary', { text: p.error || 'traceback' }),
-        h('pre', { attrs: { tabindex: '0', 'aria-label': `Traceback of point ${p.index}` }, text: p.traceback })
-      );
-      details.open = open;
-      error = details;
-    }
-    return h(
-      'tr',
-      { dataset: { index: String(p.index), status: p.status } },
+  /** A point's row; a failed one's traceback in a full-width row below it, on demand. */
+  private row(p: PointView): HTMLTableRowElement[] {
+    const cells = [
       h('td', { className: 'jp-cellscale-num', text: String(p.index) }),
-      h('td', { className: 'jp-cellscale-params', attrs: { title: paramsText(p.params, Infinity) }, text: params }),
+      h('td', { className: 'jp-cellscale-params', attrs: { title: paramsText(p.params, Infinity) }, text: paramsText(p.params) }),
       h('td', {}, h('span', { className: `jp-cellscale-badge jp-cellscale-tone-${pointTone(p.status)}`, text: p.status })),
       h('td', { className: 'jp-cellscale-num', text: String(p.tries) }),
       h('td', { text: p.node ?? '–' }),
       h('td', { className: 'jp-cellscale-num', text: formatWall(p.wall_s) }),
-      h('td', { className: 'jp-cellscale-pointerror', attrs: { title: p.fault ?? '' } }, error)
+      h('td', { className: 'jp-cellscale-pointerror', attrs: { title: p.fault ?? '' } }, p.error ?? '')
+    ];
+    const row = h('tr', { dataset: { index: String(p.index), status: p.status } }, ...cells);
+    if (!p.traceback) {
+      return [row];
+    }
+    const id = `jp-cellscale-traceback-${this.uid}-${p.index}`;
+    const open = this.openTracebacks.has(p.index);
+    const below = h(
+      'tr',
+      { className: 'jp-cellscale-tracebackrow', attrs: { id }, dataset: { tracebackOf: String(p.index) } },
+      h(
+        'td',
+        { attrs: { colspan: String(COLUMNS.length) } },
+        h('pre', {
+          className: 'jp-cellscale-traceback',
+          attrs: { tabindex: '0', 'aria-label': `Traceback of point ${p.index}` },
+          text: p.traceback
+        })
+      )
     );
+    below.hidden = !open;
+    const toggle = button('traceback', () => {
+      const now = below.hidden;
+      below.hidden = !now;
+      toggle.setAttribute('aria-expanded', String(now));
+      if (now) {
+        this.openTracebacks.add(p.index);
+      } else {
+        this.openTracebacks.delete(p.index);
+      }
+    }, { ariaLabel: `Traceback of point ${p.index}`, className: 'jp-cellscale-linkbutton' });
+    toggle.setAttribute('aria-expanded', String(open));
+    toggle.setAttribute('aria-controls', id);
+    cells[cells.length - 1].append(' ', toggle);
+    return [row, below];
   }
 
   private readonly line = h('p', { className: 'jp-cellscale-sweepline', dataset: { field: 'sweep' } });
@@ -243,4 +270,6 @@ export class PointsPane {
   private ended = false;
   private following = false;
   private followed = 0;
+  private readonly openTracebacks = new Set<number>();
+  private readonly uid = ++panes;
 }
