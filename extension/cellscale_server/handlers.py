@@ -3,7 +3,8 @@ feed over a websocket. Every route requires an authenticated Jupyter user.
 
     GET  /cellscale/api/whoami | quota | budgets        relayed as they are
     GET  /cellscale/api/jobs?scope&phase&name&limit&cursor
-    GET  /cellscale/api/jobs/ID[/events?after | /checkpoints | /render | /logs?offset&max_bytes]
+    GET  /cellscale/api/jobs/ID[/events?after | /checkpoints | /render | /logs?offset&max_bytes
+                                | /points?since&status&offset&limit]
     POST /cellscale/api/jobs/ID/cancel
     WS   /cellscale/api/jobs/ws?scope&phase&name&limit  a JobPage each time the list changes
     WS   /cellscale/api/jobs/ID/logs/ws?offset          LogChunks as the job writes them
@@ -99,10 +100,16 @@ class JobHandler(_Relay):
 
 
 class JobPartHandler(_Relay):
-    """events (after=), checkpoints, render and one slice of the log (never follow=: the
-    websocket follows): read-only parts of one job."""
+    """events (after=), checkpoints, render, one slice of the log (never follow=: the
+    websocket follows) and a sweep's points, page by page: read-only parts of one job."""
 
-    QUERY = {"events": ("after",), "checkpoints": (), "render": (), "logs": ("offset", "max_bytes")}
+    QUERY = {
+        "events": ("after",),
+        "checkpoints": (),
+        "render": (),
+        "logs": ("offset", "max_bytes"),
+        "points": ("since", "status", "offset", "limit"),
+    }
 
     @web.authenticated
     async def get(self, job_id: str, part: str) -> None:
@@ -213,7 +220,7 @@ def handlers(app: CellscaleServerApp) -> list[tuple]:
         (f"{base}/jobs", JobsHandler, kw),
         (f"{base}/jobs/ws", JobsFeed, kw),  # before the job route, whose id pattern would take "ws"
         (f"{base}/jobs/{JOB}", JobHandler, kw),
-        (f"{base}/jobs/{JOB}/(?P<part>events|checkpoints|render|logs)", JobPartHandler, kw),
+        (f"{base}/jobs/{JOB}/(?P<part>events|checkpoints|render|logs|points)", JobPartHandler, kw),
         (f"{base}/jobs/{JOB}/cancel", CancelHandler, kw),
         (f"{base}/jobs/{JOB}/logs/ws", LogsFeed, kw),
     ]

@@ -329,7 +329,12 @@ class Sweep:
             import ipywidgets as widgets
 
             bar = widgets.IntProgress(min=0, max=self.size, value=0, layout=widgets.Layout(width="30%"))
-            self._widget = widgets.HBox([bar, widgets.Label()])
+            label = widgets.Label()
+            self._widget = widgets.HBox([bar, label])
+            # stable names for the browser (tests, a site's CSS): the box, its bar and its line
+            self._widget.add_class("cellscale-sweep")
+            bar.add_class("cellscale-sweep-bar")
+            label.add_class("cellscale-sweep-label")
             self._update_widget()
             self._widget_drawn = time.monotonic()
         display(self._widget)

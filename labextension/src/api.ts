@@ -21,6 +21,11 @@ export type RenderView = Schemas['RenderView'];
 export type QueueUsage = Schemas['QueueUsage'];
 export type BudgetView = Schemas['BudgetView'];
 export type JobQuery = NonNullable<paths['/api/jobs']['get']['parameters']['query']>;
+export type SweepProgress = Schemas['SweepProgress'];
+export type PointView = Schemas['PointView'];
+export type PointPage = Schemas['PointPage'];
+export type PointStatus = Schemas['PointStatus'];
+export type PointQuery = NonNullable<paths['/api/jobs/{job_id}/points']['get']['parameters']['query']>;
 
 /** The JSON body of a successful GET on a control-plane path, read off the generated schema. */
 export type GetResponse<P extends keyof paths> = paths[P] extends {
@@ -150,6 +155,9 @@ export const jobRender = (id: string): Promise<RenderView> =>
   get('/api/jobs/{job_id}/render', { params: { job_id: id } });
 export const cancelJob = (id: string): Promise<JobView> =>
   post('/api/jobs/{job_id}/cancel', { params: { job_id: id } });
+/** A page of a sweep's points (in index order from `offset`; only `status`; changed after `since`). */
+export const jobPoints = (id: string, query: PointQuery = {}): Promise<PointPage> =>
+  get('/api/jobs/{job_id}/points', { params: { job_id: id }, query });
 /** One slice of the log (the fallback while its websocket is down). */
 export const logChunk = (id: string, offset: number): Promise<LogChunk> =>
   get('/api/jobs/{job_id}/logs', { params: { job_id: id }, query: { offset } });

@@ -370,3 +370,129 @@ export function budgetLine(b: BudgetView): IBudgetLine {
     description: `${b.tenant} has spent ${percent} of its budget`
   };
 }
+
+type SweepProgress = Schemas['SweepProgress'];
+type PointView = Schemas['PointView'];
+type PointStatus = Schemas['PointStatus'];
+
+/** Seconds as a clock reads them, as the notebook's progress line does: 0:42, 12:05, 1:02:05. */
+export function clockDuration(seconds: number): string {
+  const s = Math.max(0, Math.round(Number.isFinite(seconds) ? seconds : 0));
+  const pad = (n: number) => String(n).padStart(2, '0');
+  const hours = Math.floor(s / 3600);
+  const minutes = Math.floor((s % 3600) / 60);
+  return hours ? `${hours}:${pad(minutes)}:${pad(s % 60)}` : `${minutes}:${pad(s % 60)}`;
+}
+
+/** A sweep in the job list, in a few characters: "120/250", "120/250 · 1 failed" (done counts
+ * the cached points too: both have their results). */
+export function sweepShortText(p: SweepProgress): string {
+  const text = `${p.done + p.cached}/${p.points}`;
+  return p.failed ? `${text} · ${p.failed} failed` : text;
+}
+
+/** The parts of a sweep's bar, each a fraction of its points (0–1, together at most 1):
+ * done (and cached) in one colour, failed in another. */
+export interface ISweepFractions {
+  done: number;
+  failed: number;
+}
+
+export function sweepFractions(p: SweepProgress): ISweepFractions {
+  if (!(p.points > 0)) {
+    return { done: 0, failed: 0 };
+  }
+  const part = (n: number) => Math.min(1, Math.max(0, n / p.points));
+  const done = part(p.done + p.cached);
+  return { done, failed: Math.min(1 - done, part(p.failed)) };
+}
+
+/** A sweep's progress in one line, as the notebook shows it under its cell:
+ * "120/250 done · 8 running · 1 failed · 3 cached · ETA 0:42"; while it waits, "waiting";
+ * once it ended, how ("job succeeded"), and "· 2 retried" where points needed another try. */
+export function sweepLine(p: SweepProgress, phase?: Phase): string {
+  const parts = [`${p.done + p.cached}/${p.points} done`];
+  const counts: [number, string][] = [
+    [p.running, 'running'],
+    [p.failed, 'failed'],
+    [p.cached, 'cached'],
+    [p.cancelled, 'cancelled'],
+    [p.retried, 'retried']
+  ];
+  for (const [count, word] of counts) {
+    if (count) {
+      parts.push(`${count} ${word}`);
+    }
+  }
+  if (phase && isTerminal(phase)) {
+    parts.push(`job ${phaseLabel(phase).label}`);
+  } else if (phase === 'PENDING') {
+    parts.push('waiting');
+  } else if (p.eta_s !== null && p.eta_s !== undefined) {
+    parts.push(`ETA ${clockDuration(p.eta_s)}`);
+  }
+  return parts.join(' · ');
+}
+
+/** For screen readers and the bar's tooltip: "120 of 250 points done, 1 failed". */
+export function sweepDescription(p: SweepProgress): string {
+  const done = `${p.done + p.cached} of ${plural(p.points, 'point')} done`;
+  return p.failed ? `${done}, ${p.failed} failed` : done;
+}
+
+/** One value of a point as `k=v` shows it: strings as they are, everything else as JSON. */
+function paramValue(value: unknown): string {
+  if (typeof value === 'string') {
+    return value;
+  }
+  if (value === undefined) {
+    return 'undefined';
+  }
+  return JSON.stringify(value) ?? String(value);
+}
+
+/** A point's values as text: "lr=0.001, opt=adam, layers=[2,4]", cut at `max` characters
+ * with "…" (the full text is the cell's tooltip). */
+export function paramsText(params: Record<string, unknown>, max = 120): string {
+  const text = Object.entries(params)
+    .map(([k, v]) => `${k}=${paramValue(v)}`)
+    .join(', ');
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
+// A Record over the generated PointStatus union: a status added to the API fails to compile here.
+const POINT_TONES: Record<PointStatus, IPhaseLabel['tone']> = {
+  queued: 'waiting',
+  running: 'active',
+  done: 'good',
+  cached: 'good',
+  failed: 'bad',
+  cancelled: 'muted'
+};
+
+/** The tone of a point's status badge (the phase badges' colours). */
+export function pointTone(status: PointStatus): IPhaseLabel['tone'] {
+  return POINT_TONES[status] ?? 'muted';
+}
+
+/** A point's wall time: "0.4s", "42s", "3m 05s"; "–" before it ran. */
+export function formatWall(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds) || seconds < 0) {
+    return '–';
+  }
+  return seconds < 10 ? `${seconds.toFixed(1)}s` : formatElapsed(seconds * 1000);
+}
+
+/** The points as the table lists them: each once (its newest view, by stamp), the failed
+ * ones first where there are any, each group in index order. */
+export function orderPoints(points: PointView[]): PointView[] {
+  const newest = new Map<number, PointView>();
+  for (const p of points) {
+    const seen = newest.get(p.index);
+    if (!seen || p.stamp >= seen.stamp) {
+      newest.set(p.index, p);
+    }
+  }
+  const rank = (p: PointView) => (p.status === 'failed' ? 0 : 1);
+  return [...newest.values()].sort((a, b) => rank(a) - rank(b) || a.index - b.index);
+}

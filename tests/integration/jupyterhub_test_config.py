@@ -3,6 +3,7 @@
 # start their servers.
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -33,3 +34,23 @@ lab_config.chmod(0o755)
 quiet = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
 (lab_config / "labconfig" / "default_setting_overrides.json").write_text(json.dumps(quiet) + "\n")
 c.Spawner.environment["JUPYTER_CONFIG_PATH"] = str(lab_config)
+
+# The checkout under test, not the one the venv's editable install points at (a git worktree
+# shares its main checkout's .venv, and the hub passes no PYTHONPATH on): its packages for the
+# processes the hub starts (the control plane, user servers and their kernels; jobs get a
+# clean environment of their own), and its built side panel for JupyterLab, ahead of the
+# installed copy (JUPYTER_PATH comes first in JupyterLab's search; `jlpm build` in
+# labextension/ makes labextension/prebuilt). In the main checkout both are what is installed.
+checkout = Path(__file__).resolve().parents[2]
+python_path = os.pathsep.join(str(checkout / package) for package in ("kernels", "hub", "extension"))
+c.Spawner.environment["PYTHONPATH"] = python_path
+for service in c.JupyterHub.services:
+    if service["name"] == "cellscale":
+        service.setdefault("environment", {})["PYTHONPATH"] = python_path
+panel = checkout / "labextension" / "prebuilt"
+if (panel / "package.json").is_file():
+    lab_data = Path(tempfile.mkdtemp(prefix="cellscale-lab-data-"))
+    lab_data.chmod(0o755)
+    (lab_data / "labextensions").mkdir(mode=0o755)
+    shutil.copytree(panel, lab_data / "labextensions" / "cellscale-labextension")  # a copy: servers run as users
+    c.Spawner.environment["JUPYTER_PATH"] = str(lab_data)

@@ -22,6 +22,7 @@ import uvicorn
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
+from cellscale.points import manifest
 from cellscale_hub.store import Store
 from tests.controlplane.conftest import Plane
 from tests.integration.conftest import free_port
@@ -174,6 +175,7 @@ def test_the_extension_declares_authentication_on_every_route(relay):
         ("GET", "jobs/cs-0123456789ab/checkpoints"),
         ("GET", "jobs/cs-0123456789ab/render"),
         ("GET", "jobs/cs-0123456789ab/logs"),
+        ("GET", "jobs/cs-0123456789ab/points?status=failed"),
         ("POST", "jobs/cs-0123456789ab/cancel"),
     ],
 )
@@ -193,7 +195,14 @@ def test_anonymous_websockets_are_refused(relay, path):
 
 @pytest.mark.parametrize(
     "path",
-    ["jobs/cs-XYZ", "jobs/..%2Fwhoami", "jobs/cs-0123456789abc/events", "jobs/cs-0123456789ab%3Fscope%3Dall/render"],
+    [
+        "jobs/cs-XYZ",
+        "jobs/..%2Fwhoami",
+        "jobs/cs-0123456789abc/events",
+        "jobs/cs-0123456789ab%3Fscope%3Dall/render",
+        "jobs/cs-XYZ/points",
+        "jobs/cs-0123456789ab/points/3/logs",
+    ],
 )
 def test_bad_job_ids_are_refused_before_forwarding(relay, path):
     before = len(relay.seen)
@@ -225,6 +234,36 @@ def test_reads_are_relayed_as_the_servers_user(relay):
     assert missing.status_code == 404 and "no job cs-000000000000" in missing.json()["detail"]
     bad = relay.http.get("jobs", params={"scope": "everyone"})
     assert bad.status_code == 422 and bad.json()["detail"].startswith("query parameter scope: ")
+
+
+def test_a_sweeps_points_are_relayed_page_by_page(relay):
+    """The panel lists a sweep's points (Show points): the query the route knows is forwarded,
+    nothing else; the control plane's refusals come back as it said them."""
+    grid = [{"x": i} for i in range(5)]
+    sha = relay.plane.http.post("/api/bundles", content=manifest(grid), headers=relay.plane.as_("alice"))
+    sweep = {"points": len(grid), "points_sha256": sha.json()["sha256"], "max_parallel": 2}
+    response = relay.plane.submit("alice", name="relayed-sweep", source="y = x * 2", outputs=["y"], sweep=sweep)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    everything = relay.http.get(f"jobs/{job_id}/points").json()
+    assert relay.seen[-1] == f"/api/jobs/{job_id}/points"
+    assert [(p["index"], p["params"], p["status"]) for p in everything["items"]] == [
+        (i, {"x": i}, "queued") for i in range(5)
+    ]
+    page = relay.http.get(
+        f"jobs/{job_id}/points", params={"status": "queued", "offset": 1, "limit": 2, "index": 4, "bogus": "x"}
+    ).json()
+    assert [p["index"] for p in page["items"]] == [1, 2]
+    assert relay.http.get(f"jobs/{job_id}/points", params={"status": "failed"}).json()["items"] == []
+    unchanged = relay.http.get(f"jobs/{job_id}/points", params={"since": everything["stamp"]}).json()
+    assert unchanged == {"items": [], "stamp": everything["stamp"]}
+    bad = relay.http.get(f"jobs/{job_id}/points", params={"limit": 0})
+    assert bad.status_code == 422 and "limit" in bad.text
+    unknown = relay.http.get(f"jobs/{job_id}/points", params={"status": "exploded"})
+    assert unknown.status_code == 422 and "status" in unknown.text
+    not_a_sweep = relay.http.get(f"jobs/{_submit(relay, 'plain')}/points")
+    assert not_a_sweep.status_code == 404 and "is not a sweep" in not_a_sweep.json()["detail"]
+    relay.http.post(f"jobs/{job_id}/cancel").raise_for_status()
 
 
 def test_cancel_is_relayed(relay):

@@ -48,3 +48,37 @@ def test_render_matches_golden(case):
     if os.environ.get("CELLSCALE_UPDATE_GOLDEN"):
         path.write_text(script)
     assert script == path.read_text()
+
+
+def test_a_pool_run_as_its_owner_gets_the_job_directory_first(tmp_path, monkeypatch):
+    """The control plane (root, umask 077) writes each array and throttle file; the pool runs
+    as the sweep's owner and must read them: the directory is handed over before each pool
+    starts and after each throttle change (without it every pool said "no array 1")."""
+    from cellscale.runtime.records import ArrayPlan
+    from cellscale_hub.drivers import local
+    from cellscale_hub.drivers.base import ArrayRef
+
+    handed, spawned = [], []
+    monkeypatch.setattr(local, "hand_to_owner", lambda user, job_dir: handed.append((user, job_dir)))
+    monkeypatch.setattr(local.proc, "spawn_detached", lambda argv, **kw: spawned.append(argv) or _Child())
+    spec = JobSpec(source="y = x", launcher="plain", sweep={"points": 2, "points_sha256": "0" * 64, "max_parallel": 2})
+    ref = AttemptRef(job_id="cs-0123456789ab", number=1, job_dir=tmp_path, spec=spec, owner="alice")
+    plan = ArrayPlan(number=1, attempt=1, tasks=[[0], [1]], throttle=2, timeout_s=60)
+    array = ArrayRef(ref=ref, plan=plan)
+    (tmp_path / "arrays").mkdir()
+    as_owner = LocalDriver(name="local", gpus=0, submit_as=["runuser", "-u", "{user}", "--"])
+    assert as_owner.submit_array(array).startswith("pool:")
+    assert handed == [("alice", tmp_path)] and spawned[0][:4] == ["runuser", "-u", "alice", "--"]
+    as_owner.throttle_array(array, 1, release=False)
+    assert handed == [("alice", tmp_path)] * 2
+    LocalDriver(name="local", gpus=0, submit_as=[]).submit_array(
+        ArrayRef(ref=ref, plan=plan.model_copy(update={"number": 2}))
+    )
+    assert len(handed) == 2  # one Unix user for all: nothing to hand over
+
+
+class _Child:
+    pid = 4242
+
+    def wait(self):
+        return 0

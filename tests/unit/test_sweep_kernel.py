@@ -654,6 +654,8 @@ def test_in_a_notebook_one_bar_is_redrawn_at_most_once_a_second(client, monkeypa
     (box,) = shown
     bar, label = box.children
     assert (bar.max, bar.value) == (3, 0) and label.value == "cs-000000000001: 0/3 done · ETA 0:42"
+    assert "cellscale-sweep" in box._dom_classes  # what the browser test finds it by
+    assert ("cellscale-sweep-bar", "cellscale-sweep-label") == (*bar._dom_classes, *label._dom_classes)
     client.set(sweep.job_id, 0, "done", result={"loss": 0}, result_job=sweep.job_id)
     sweep.refresh()
     assert bar.value == 0  # drawn less than a second ago

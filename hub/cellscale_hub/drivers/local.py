@@ -234,6 +234,8 @@ class LocalDriver(Driver):
         sweep = SweepDir(ref.job_dir)
         if sweep.pool_alive(number) or sweep.pool_started(number).exists():
             return array.backend_ref or f"pool:{number}"  # already launched: never twice
+        if self.submit_as:  # the pool runs as the owner: its array, written since, is theirs too
+            hand_to_owner(ref.owner, ref.job_dir)
         child = proc.spawn_detached(
             self._pool_argv(ref, number),
             cwd=ref.job_dir,
@@ -282,6 +284,8 @@ class LocalDriver(Driver):
 
     def throttle_array(self, array: ArrayRef, throttle: int, release: bool) -> None:
         SweepDir(array.ref.job_dir).write_throttle(array.plan.number, throttle)
+        if self.submit_as:  # the owner's pool re-reads it
+            hand_to_owner(array.ref.owner, array.ref.job_dir)
 
     def cancel(self, ref: AttemptRef) -> None:
         self._signal(ref, signal.SIGTERM)

@@ -2,6 +2,7 @@ import {
   aheadWords,
   attemptWords,
   budgetLine,
+  clockDuration,
   costWords,
   describeUser,
   elapsedBetween,
@@ -13,13 +14,21 @@ import {
   formatMemory,
   formatUntil,
   formatUsd,
+  formatWall,
   isJobId,
   isTerminal,
+  orderPoints,
+  paramsText,
   pendingWords,
   phaseLabel,
+  pointTone,
   quotaLines,
   quotasCpuOrMemory,
   resourceWords,
+  sweepDescription,
+  sweepFractions,
+  sweepLine,
+  sweepShortText,
   waitingWords
 } from '../format';
 import type { components } from '../generated/api';
@@ -33,6 +42,8 @@ type FlavorUsage = components['schemas']['FlavorUsage'];
 type BudgetView = components['schemas']['BudgetView'];
 type JobCost = components['schemas']['JobCost'];
 type CostEstimate = components['schemas']['CostEstimate'];
+type SweepProgress = components['schemas']['SweepProgress'];
+type PointView = components['schemas']['PointView'];
 
 describe('formatElapsed', () => {
   it.each([
@@ -379,5 +390,110 @@ describe('cost and budgets', () => {
     expect(spent.percentText).toBe('104%');
     expect(spent.warning).toBe('past 100% of the budget: desk-a has spent $104 of its weekly $100');
     expect(spent.holding).toBe(true);
+  });
+});
+
+describe('sweeps', () => {
+  const progress = (counts: Partial<SweepProgress> = {}): SweepProgress => ({
+    points: 250,
+    queued: 0,
+    running: 0,
+    done: 0,
+    failed: 0,
+    cached: 0,
+    cancelled: 0,
+    retried: 0,
+    max_parallel: 8,
+    arrays: 1,
+    eta_s: null,
+    ...counts
+  });
+
+  it('reads a sweep in the job list as done (cached too) of all, and its failures', () => {
+    expect(sweepShortText(progress({ done: 117, cached: 3, failed: 1, running: 8 }))).toBe('120/250 · 1 failed');
+    expect(sweepShortText(progress({ done: 250 }))).toBe('250/250');
+    expect(sweepShortText(progress({ points: 0 }))).toBe('0/0');
+  });
+
+  it('gives the bar its parts as fractions of the points: done and failed, never past 1', () => {
+    expect(sweepFractions(progress({ done: 100, cached: 25, failed: 25 }))).toEqual({ done: 0.5, failed: 0.1 });
+    expect(sweepFractions(progress({ done: 250 }))).toEqual({ done: 1, failed: 0 });
+    expect(sweepFractions(progress({ points: 0 }))).toEqual({ done: 0, failed: 0 });
+    // counts that disagree for a moment (a point counted twice) never overflow the bar
+    const over = sweepFractions(progress({ points: 10, done: 9, failed: 3 }));
+    expect(over.done).toBe(0.9);
+    expect(over.failed).toBeCloseTo(0.1);
+  });
+
+  it('says the whole progress in one line, as the notebook does', () => {
+    const p = progress({ done: 117, cached: 3, running: 8, failed: 1, eta_s: 42 });
+    expect(sweepLine(p, 'RUNNING')).toBe('120/250 done · 8 running · 1 failed · 3 cached · ETA 0:42');
+    expect(sweepLine(progress({ queued: 250 }), 'PENDING')).toBe('0/250 done · waiting');
+    expect(sweepLine(progress({ done: 248, failed: 2, retried: 3, eta_s: 0 }), 'FAILED')).toBe(
+      '248/250 done · 2 failed · 3 retried · job failed'
+    );
+    expect(sweepLine(progress({ done: 250 }), 'SUCCEEDED')).toBe('250/250 done · job succeeded');
+    expect(sweepDescription(progress({ done: 120, failed: 1 }))).toBe('120 of 250 points done, 1 failed');
+    expect(sweepDescription(progress({ points: 1, done: 1 }))).toBe('1 of 1 point done');
+  });
+
+  it.each([
+    [0, '0:00'],
+    [42.4, '0:42'],
+    [725, '12:05'],
+    [3725, '1:02:05'],
+    [-3, '0:00']
+  ])('reads %p seconds as a clock: %p', (seconds, text) => {
+    expect(clockDuration(seconds)).toBe(text);
+  });
+
+  it('writes a point\'s values as k=v text, strings bare and the rest as JSON, cut when long', () => {
+    expect(paramsText({ x: 3 })).toBe('x=3');
+    expect(paramsText({ lr: 0.001, opt: 'adam', layers: [2, 4], wd: null, deep: { a: 1 } })).toBe(
+      'lr=0.001, opt=adam, layers=[2,4], wd=null, deep={"a":1}'
+    );
+    expect(paramsText({})).toBe('');
+    const long = paramsText({ name: 'n'.repeat(300) }, 20);
+    expect(long).toHaveLength(20);
+    expect(long.endsWith('…')).toBe(true);
+  });
+
+  it('reads wall times short: tenths under 10 s', () => {
+    expect(formatWall(0.42)).toBe('0.4s');
+    expect(formatWall(42)).toBe('42s');
+    expect(formatWall(185)).toBe('3m 05s');
+    expect(formatWall(null)).toBe('–');
+    expect(formatWall(undefined)).toBe('–');
+  });
+
+  it('colours a point by its status', () => {
+    expect(pointTone('failed')).toBe('bad');
+    expect(pointTone('cached')).toBe('good');
+    expect(pointTone('queued')).toBe('waiting');
+  });
+
+  it('lists the points failed first, then in index order, each once in its newest view', () => {
+    const point = (index: number, status: PointView['status'], stamp = 1): PointView => ({
+      index,
+      params: { x: index },
+      status,
+      tries: 1,
+      stamp
+    });
+    const ordered = orderPoints([
+      point(0, 'done'),
+      point(3, 'failed'),
+      point(1, 'running'),
+      point(1, 'done', 2),
+      point(2, 'failed'),
+      point(2, 'queued', 0) // older than the failed view of point 2
+    ]);
+    expect(ordered.map(p => [p.index, p.status])).toEqual([
+      [2, 'failed'],
+      [3, 'failed'],
+      [0, 'done'],
+      [1, 'done']
+    ]);
+    expect(orderPoints([point(1, 'done'), point(0, 'queued')]).map(p => p.index)).toEqual([0, 1]);
   });
 });

@@ -1,8 +1,8 @@
 /**
- * One job: phase and reason, actions (cancel, attach in notebook, copy id), why it waits,
- * its attempts with their end reasons, its phase timeline, its checkpoints, its live log and
- * the exact script the backend runs. The job, its events and checkpoints are polled (2 s, with
- * backoff) until it ends; the log is live (LogPane).
+ * One job: phase and reason, actions (cancel, attach in notebook, copy id), why it waits, a
+ * sweep's progress and (on demand) its points, its attempts with their end reasons, its phase
+ * timeline, its checkpoints, its live log and the exact script the backend runs. The job, its
+ * events and checkpoints are polled (2 s, with backoff) until it ends; the log is live (LogPane).
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 
@@ -32,6 +32,7 @@ import { errorWords, PanelView } from '../panel-view';
 import { Poller } from '../poller';
 import { button, h, phaseBadge, section } from './dom';
 import { LogPane } from './logs';
+import { PointsPane } from './points';
 
 export namespace JobDetailView {
   export interface IOptions {
@@ -58,6 +59,7 @@ export class JobDetailView extends PanelView {
     if (this._job?.id !== job.id) {
       this.stop();
       this.logs = new LogPane(job.id, job.name);
+      this.points = job.sweep || job.spec.sweep ? new PointsPane(job.id, job.name) : null;
       this.events = [];
       this.checkpoints = [];
       this._job = job;
@@ -151,6 +153,7 @@ export class JobDetailView extends PanelView {
       this.notice,
       this.problem,
       this.pending,
+      ...(this.points ? [section('Points', 'points', this.points.node)] : []),
       section('Logs', 'logs', this.logs!.node),
       section('Checkpoints', 'checkpoints', this.ckpts),
       section('Attempts', 'attempts', this.attempts),
@@ -186,6 +189,7 @@ export class JobDetailView extends PanelView {
       // a waiting job's reason is the first line of "Why it waits" below
       h('p', { className: 'jp-cellscale-reason', text: job.pending ? '' : (job.reason ?? '') })
     );
+    this.points?.update(job);
     const mayCancel = !!who && (who.admin || who.user === job.owner);
     this.cancel.disabled = isTerminal(job.phase) || job.cancel_requested || !mayCancel;
     this.cancel.title = !mayCancel
@@ -301,6 +305,7 @@ export class JobDetailView extends PanelView {
   private cancel!: HTMLButtonElement;
   private script!: HTMLPreElement;
   private logs: LogPane | null = null;
+  private points: PointsPane | null = null;
   private _job: JobView | null = null;
   private events: EventView[] = [];
   private checkpoints: CheckpointView[] = [];

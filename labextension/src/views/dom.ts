@@ -1,6 +1,6 @@
 /** A few DOM helpers for the views: elements built with text content only (never HTML strings). */
-import type { Phase } from '../api';
-import { phaseLabel } from '../format';
+import type { Phase, SweepProgress } from '../api';
+import { phaseLabel, sweepDescription, sweepFractions } from '../format';
 
 type Child = Node | string | null | undefined | false;
 
@@ -66,6 +66,36 @@ export function phaseBadge(phase: Phase): HTMLSpanElement {
     dataset: { phase },
     text: label
   });
+}
+
+/**
+ * A sweep's bar: its points done (and cached) in one colour, failed in another. With a
+ * `label` it is a progressbar for assistive technology (the detail view); without, it is
+ * decoration beside text that says the same (a job-list row, whose text is its name).
+ */
+export function sweepBar(p: SweepProgress, label?: string): HTMLDivElement {
+  const { done, failed } = sweepFractions(p);
+  const finished = p.done + p.cached;
+  const attrs: Record<string, string> = label
+    ? {
+        role: 'progressbar',
+        'aria-label': label,
+        'aria-valuemin': '0',
+        'aria-valuemax': String(p.points),
+        'aria-valuenow': String(finished),
+        'aria-valuetext': sweepDescription(p)
+      }
+    : { 'aria-hidden': 'true' };
+  return h(
+    'div',
+    {
+      className: 'jp-cellscale-meter jp-cellscale-sweepbar',
+      attrs: { ...attrs, title: sweepDescription(p) },
+      dataset: { done: String(finished), failed: String(p.failed), points: String(p.points) }
+    },
+    h('div', { className: 'jp-cellscale-meter-done', attrs: { style: `width: ${100 * done}%` } }),
+    h('div', { className: 'jp-cellscale-meter-failed', attrs: { style: `width: ${100 * failed}%` } })
+  );
 }
 
 /** A titled section inside a view. */

@@ -4,10 +4,10 @@
  * Live through the relay's job-list websocket; polled with backoff while it is down.
  */
 import { JobPage, JobQuery, JobView, listJobs, Phase, socketUrl } from '../api';
-import { elapsedBetween, isTerminal, phaseLabel, resourceWords } from '../format';
+import { elapsedBetween, isTerminal, phaseLabel, resourceWords, sweepShortText } from '../format';
 import { FeedState, LiveFeed } from '../live';
 import { PanelView } from '../panel-view';
-import { button, h, phaseBadge } from './dom';
+import { button, h, phaseBadge, sweepBar } from './dom';
 
 const PHASES: Phase[] = ['PENDING', 'ADMITTED', 'STARTING', 'RUNNING', 'RECOVERING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
 const LIMIT = 50;
@@ -188,7 +188,16 @@ export class JobsView extends PanelView {
         text: [job.id, resourceWords(job), this.scope === 'tenant' ? job.owner : '']
           .filter(Boolean)
           .join(' · ')
-      })
+      }),
+      // a sweep is one row: its points done (and failed) of all, the points themselves only
+      // in its detail view, on demand
+      job.sweep &&
+        h(
+          'span',
+          { className: 'jp-cellscale-sweep', dataset: { field: 'sweep' } },
+          sweepBar(job.sweep),
+          h('span', { className: 'jp-cellscale-sweeptext', text: sweepShortText(job.sweep) })
+        )
     );
     row.title = job.reason ?? '';
     row.addEventListener('click', () => {
