@@ -271,9 +271,9 @@ class SweepRunner:
     def _submit(self, driver: Driver, ref: AttemptRef, row: SweepArray) -> None:
         if row.backend_ref:
             return
-        plan = self._plan(driver, ref, row)
-        driver.sweep_dir(ref.job_dir).write_array(plan)
-        backend_ref = driver.submit_array(ArrayRef(ref, plan))
+        array = ArrayRef(ref, self._plan(driver, ref, row))
+        driver.write_array(array)
+        backend_ref = driver.submit_array(array)
         with self.store.session() as session:
             stored = session.get(SweepArray, row.id)
             stored.backend_ref, stored.submitted_at = backend_ref, utcnow()

@@ -6,6 +6,7 @@ an unchanged re-run submit nothing and a changed point run alone."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -43,7 +44,11 @@ def sweep_plane(tmp_path, slurm_cluster):
     jobs_root = Path(tempfile.mkdtemp(prefix="cellscale-", dir=slurm_cluster.jobs_dir))
     jobs_root.chmod(0o711)
     driver = SlurmDriver(name="slurm", slurm_conf=slurm_cluster.env["SLURM_CONF"], master_addr="127.0.0.1")
-    return Plane(tmp_path, store, drivers={"slurm": driver}, tenancy=two_desks({"slurm": 32}), jobs_root=jobs_root)
+    umask = os.umask(0o077)  # as the hub runs: what the control plane writes is its own unless given away
+    try:
+        yield Plane(tmp_path, store, drivers={"slurm": driver}, tenancy=two_desks({"slurm": 32}), jobs_root=jobs_root)
+    finally:
+        os.umask(umask)
 
 
 def submit(plane, grid, **sweep):

@@ -50,16 +50,20 @@ def test_render_matches_golden(case):
     assert script == path.read_text()
 
 
-def test_a_pool_run_as_its_owner_gets_the_job_directory_first(tmp_path, monkeypatch):
+def test_a_pool_run_as_its_owner_can_read_what_the_control_plane_wrote(tmp_path, monkeypatch):
     """The control plane (root, umask 077) writes each array and throttle file; the pool runs
-    as the sweep's owner and must read them: the directory is handed over before each pool
-    starts and after each throttle change (without it every pool said "no array 1")."""
+    as the sweep's owner and must read them: the job directory is handed over before the
+    first pool starts, and each file written later (an array, a throttle) is given to the
+    owner (without it every pool said "no array 1")."""
     from cellscale.runtime.records import ArrayPlan
-    from cellscale_hub.drivers import local
+    from cellscale_hub.drivers import base, local
     from cellscale_hub.drivers.base import ArrayRef
 
-    handed, spawned = [], []
+    handed, files, spawned = [], [], []
     monkeypatch.setattr(local, "hand_to_owner", lambda user, job_dir: handed.append((user, job_dir)))
+    monkeypatch.setattr(local, "owner_of", lambda path: "root")  # the control plane made the directory
+    monkeypatch.setattr(local, "hand_files_to_owner", lambda user, paths: files.append((user, [p.name for p in paths])))
+    monkeypatch.setattr(base, "hand_files_to_owner", lambda user, paths: files.append((user, [p.name for p in paths])))
     monkeypatch.setattr(local.proc, "spawn_detached", lambda argv, **kw: spawned.append(argv) or _Child())
     spec = JobSpec(source="y = x", launcher="plain", sweep={"points": 2, "points_sha256": "0" * 64, "max_parallel": 2})
     ref = AttemptRef(job_id="cs-0123456789ab", number=1, job_dir=tmp_path, spec=spec, owner="alice")
@@ -67,14 +71,16 @@ def test_a_pool_run_as_its_owner_gets_the_job_directory_first(tmp_path, monkeypa
     array = ArrayRef(ref=ref, plan=plan)
     (tmp_path / "arrays").mkdir()
     as_owner = LocalDriver(name="local", gpus=0, submit_as=["runuser", "-u", "{user}", "--"])
+    as_owner.write_array(array)
+    assert files == [("alice", ["1.json", "1.throttle"])]
     assert as_owner.submit_array(array).startswith("pool:")
     assert handed == [("alice", tmp_path)] and spawned[0][:4] == ["runuser", "-u", "alice", "--"]
     as_owner.throttle_array(array, 1, release=False)
-    assert handed == [("alice", tmp_path)] * 2
+    assert files[-1] == ("alice", ["1.throttle"]) and len(handed) == 1  # one file, not the whole directory again
     LocalDriver(name="local", gpus=0, submit_as=[]).submit_array(
         ArrayRef(ref=ref, plan=plan.model_copy(update={"number": 2}))
     )
-    assert len(handed) == 2  # one Unix user for all: nothing to hand over
+    assert len(handed) == 1  # one Unix user for all: nothing to hand over
 
 
 class _Child:

@@ -50,13 +50,29 @@ def hand_to_owner(user: str, job_dir: Path) -> None:
     plane and its jobs share one Unix user)."""
     if os.geteuid() != 0:
         return
+    hand_files_to_owner(user, [job_dir, *job_dir.rglob("*")])
+    job_dir.chmod(0o700)
+
+
+def owner_of(path: Path) -> str | None:
+    """The user name owning `path` (None: gone, or a uid with no name)."""
+    try:
+        return pwd.getpwuid(path.stat().st_uid).pw_name
+    except (KeyError, OSError):
+        return None
+
+
+def hand_files_to_owner(user: str, paths: list[Path]) -> None:
+    """As root, give these files (written since the job directory was handed over) to the job's
+    user; not root: nothing to do."""
+    if os.geteuid() != 0:
+        return
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
         raise RuntimeError(f"there is no Unix user {user!r} on this machine; jobs run as their owner") from None
-    for path in [job_dir, *job_dir.rglob("*")]:
+    for path in paths:
         os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
-    job_dir.chmod(0o700)
 
 
 @dataclass(frozen=True)
@@ -363,6 +379,15 @@ class Driver(LoggingConfigurable):
             sweep.make_dirs()
             if not sweep.points.exists():
                 write_atomic(sweep.points, points.read_bytes(), mode=0o644)
+
+    def write_array(self, array: ArrayRef) -> None:
+        """Write what an array's tasks read (its plan and throttle), theirs to read: the control
+        plane may write them as root with a private umask, after the directory was handed over."""
+        sweep = self.sweep_dir(array.ref.job_dir)
+        sweep.write_array(array.plan)
+        hand_files_to_owner(
+            array.ref.owner, [sweep.array_file(array.plan.number), sweep.throttle_file(array.plan.number)]
+        )
 
     def sweep_dir(self, job_dir: Path) -> SweepDir:
         """A sweep's files in its job directory (what its tasks wrote), read by the sweep runner."""

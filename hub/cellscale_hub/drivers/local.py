@@ -31,8 +31,10 @@ from cellscale_hub.drivers.base import (
     SpecRejected,
     TaskEnd,
     as_user,
+    hand_files_to_owner,
     hand_to_owner,
     heartbeat_of,
+    owner_of,
 )
 
 SUPERVISOR = ("-m", "cellscale.runtime.supervisor")
@@ -234,7 +236,7 @@ class LocalDriver(Driver):
         sweep = SweepDir(ref.job_dir)
         if sweep.pool_alive(number) or sweep.pool_started(number).exists():
             return array.backend_ref or f"pool:{number}"  # already launched: never twice
-        if self.submit_as:  # the pool runs as the owner: its array, written since, is theirs too
+        if self.submit_as and owner_of(ref.job_dir) != ref.owner:  # the pool runs as the owner
             hand_to_owner(ref.owner, ref.job_dir)
         child = proc.spawn_detached(
             self._pool_argv(ref, number),
@@ -283,9 +285,10 @@ class LocalDriver(Driver):
                 pass
 
     def throttle_array(self, array: ArrayRef, throttle: int, release: bool) -> None:
-        SweepDir(array.ref.job_dir).write_throttle(array.plan.number, throttle)
+        sweep = SweepDir(array.ref.job_dir)
+        sweep.write_throttle(array.plan.number, throttle)
         if self.submit_as:  # the owner's pool re-reads it
-            hand_to_owner(array.ref.owner, array.ref.job_dir)
+            hand_files_to_owner(array.ref.owner, [sweep.throttle_file(array.plan.number)])
 
     def cancel(self, ref: AttemptRef) -> None:
         self._signal(ref, signal.SIGTERM)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pwd
 import re
 import shlex
 import string
@@ -50,6 +49,7 @@ from cellscale_hub.drivers.base import (
     fault_from_job_dir,
     hand_to_owner,
     heartbeat_of,
+    owner_of,
 )
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.scheduling.resources import RESOURCES, Amounts
@@ -171,13 +171,6 @@ def _check_names(ref: AttemptRef) -> None:
         raise SpecRejected(f"user name {ref.owner!r} is not a valid Unix user name; Slurm jobs run as their owner")
     if not SAFE_NODE.match(ref.job_id):
         raise SpecRejected(f"job id {ref.job_id!r} cannot be part of a Slurm job name")
-
-
-def _owner_of(path: Path) -> str | None:
-    try:
-        return pwd.getpwuid(path.stat().st_uid).pw_name
-    except (KeyError, OSError):
-        return None
 
 
 def master_port(ref: AttemptRef) -> int:
@@ -774,7 +767,7 @@ class SlurmDriver(Driver):
                 return found
         script.write_text(self.render_array(array))
         script.chmod(0o644)
-        if _owner_of(ref.job_dir) != ref.owner:
+        if owner_of(ref.job_dir) != ref.owner:
             hand_to_owner(ref.owner, ref.job_dir)
         out = self._run([*self._as_user(ref.owner), "sbatch", "--parsable", str(script)])
         return out.strip().split(";")[0]

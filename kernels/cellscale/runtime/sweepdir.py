@@ -46,12 +46,15 @@ class SweepDir(JobDir):
     def read_array(self, number: int) -> ArrayPlan | None:
         return _read(self.array_file(number), ArrayPlan)
 
+    def throttle_file(self, number: int) -> Path:
+        return self.arrays / f"{number}.throttle"
+
     def write_throttle(self, number: int, throttle: int) -> None:
-        write_atomic(self.arrays / f"{number}.throttle", str(throttle).encode(), mode=0o644)
+        write_atomic(self.throttle_file(number), str(throttle).encode(), mode=0o644)
 
     def read_throttle(self, number: int, default: int) -> int:
         try:
-            return max(0, int((self.arrays / f"{number}.throttle").read_text()))
+            return max(0, int(self.throttle_file(number).read_text()))
         except (OSError, ValueError):
             return default
 
