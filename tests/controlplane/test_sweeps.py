@@ -191,3 +191,20 @@ def test_a_manifest_that_does_not_match_is_refused(sweep_plane):
         sweep_plane.http.get(f"/api/jobs/{not_a_sweep['id']}/points", headers=sweep_plane.as_("alice")).status_code
         == 404
     )
+
+
+def test_a_restarted_control_plane_picks_the_sweep_up_where_it_was(sweep_plane, tmp_path):
+    """kill -9 of the control plane mid-sweep: the pools keep running; the new controller reads
+    what they wrote and finishes the sweep, and no point runs twice."""
+    grid = [{"x": i} for i in range(8)]
+    job = submit_sweep(sweep_plane, tmp_path, grid, max_parallel=2, sleep=1).json()
+    sweep_plane.run_until(job["id"], {Phase.RUNNING}, timeout=60)
+    sweep_plane.restart()
+    time.sleep(3)  # tasks end while no controller watches
+    done = sweep_plane.run_until(job["id"], TERMINAL, timeout=120)
+    assert done["phase"] == "SUCCEEDED", done["reason"]
+    rows = points(sweep_plane, job["id"])["items"]
+    assert [p["tries"] for p in rows] == [1] * 8 and all(p["status"] == "done" for p in rows)
+    lines = (tmp_path / "stamps.txt").read_text().splitlines()
+    starts = [line.split()[1] for line in lines if line.startswith("start")]
+    assert sorted(starts, key=int) == [str(i) for i in range(8)]  # each point started once
