@@ -654,7 +654,8 @@ class Controller:
             return
         if outcome.phase is Phase.SUCCEEDED:
             job.result_available = obs.result
-        message = f"{outcome.reason} ({verdict.words(fault)})" if verdict else outcome.reason
+        reason = obs.reason if job.spec.get("sweep") and obs.reason else outcome.reason  # "all 250 points done"
+        message = f"{reason} ({verdict.words(fault)})" if verdict else reason
         q.transition(
             session, job, outcome.phase, EventReason.of_job_end(obs.state), attempt=attempt.number, message=message
         )

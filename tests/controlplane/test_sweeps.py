@@ -111,6 +111,7 @@ def test_an_unchanged_grid_runs_nothing_and_a_changed_point_runs_alone(sweep_pla
     assert sweep_plane.run_until(first["id"], TERMINAL)["phase"] == "SUCCEEDED"
     again = submit_sweep(sweep_plane, tmp_path, grid, max_parallel=2).json()
     assert again["phase"] == "SUCCEEDED" and again["attempts"] == []  # decided at submit: nothing submitted
+    assert "all 6 points' results are cached" in again["reason"]
     assert again["sweep"]["cached"] == 6
     cached = sweep_plane.http.get(f"/api/jobs/{again['id']}/points/4/result", headers=sweep_plane.as_("alice"))
     assert cloudpickle.loads(cached.content) == {"y": 40}
@@ -202,7 +203,7 @@ def test_a_restarted_control_plane_picks_the_sweep_up_where_it_was(sweep_plane, 
     sweep_plane.restart()
     time.sleep(3)  # tasks end while no controller watches
     done = sweep_plane.run_until(job["id"], TERMINAL, timeout=120)
-    assert done["phase"] == "SUCCEEDED", done["reason"]
+    assert done["phase"] == "SUCCEEDED" and done["reason"] == "all 8 points done", done["reason"]
     rows = points(sweep_plane, job["id"])["items"]
     assert [p["tries"] for p in rows] == [1] * 8 and all(p["status"] == "done" for p in rows)
     lines = (tmp_path / "stamps.txt").read_text().splitlines()
