@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from cellscale.points import point_key
@@ -66,8 +66,8 @@ def throttles(slots: int, arrays: Sequence[tuple[int, int]]) -> list[int]:
     """Each array's throttle, oldest first, for (tasks pending or running, tasks running) per
     array: never below what runs now (Slurm does not stop a running task when its throttle
     drops), the rest of `slots` to the oldest arrays first (they drain and end, and the next
-    array takes over). The sum never exceeds `slots`, so neither do the tasks in flight. 0:
-    held (Slurm's %0 would mean no limit)."""
+    array takes over). The sum never exceeds `slots`, so neither do the tasks in flight. 0: an
+    array not submitted yet waits (Slurm's %0 would mean no limit)."""
     budget = slots - sum(min(running, live) for live, running in arrays)
     out = []
     for live, running in arrays:
@@ -199,9 +199,11 @@ class SweepRunner:
 
     # -- launch ---------------------------------------------------------------------------------
     def launch(self, driver: Driver, ref: AttemptRef) -> str:
-        """Submit the attempt's first arrays: every point not settled yet, packed into tasks,
-        chunked by the backend's array size, throttled to the sweep's slots in all. Idempotent:
-        arrays stored before a restart are found again (the driver's submit_array adopts them)."""
+        """Plan the attempt's arrays (every point not settled yet, packed into tasks, chunked by
+        the backend's array size) and submit those the sweep's slots reach now; the others are
+        submitted as slots pass to them (never a pending record the slots cannot run soon: a
+        pending array's tasks count against slurmctld's MaxJobCount). Idempotent: arrays stored
+        before a restart are found again (the driver's submit_array adopts them)."""
         sweep = ref.spec.sweep
         with self.store.session() as session:
             arrays = self._arrays(session, ref)
@@ -222,7 +224,8 @@ class SweepRunner:
                 self._assign(session, ref.job_id, arrays)
         try:
             for row in arrays:
-                self._submit(driver, ref, row)
+                if not row.held:  # the others wait, unsubmitted, until a slot is theirs
+                    self._submit(driver, ref, row)
         except Exception:
             self.cancel(driver, ref)  # none of this attempt may run beside the next one
             raise
@@ -294,7 +297,6 @@ class SweepRunner:
             offset=row.offset,
             tasks=row.tasks,
             throttle=row.throttle,
-            held=row.held,
             timeout_s=res.timeout_min * 60.0 * longest,
             excluded_nodes=row.excluded_nodes,
             slot_gpus=slots,
@@ -389,31 +391,28 @@ class SweepRunner:
                     if self._retry(ref.spec, row, end.fault):
                         retry.append(row.index)
             stored = {r.number: r for r in self._arrays(session, ref)}
-            unsubmitted = [r for r in stored.values() if not r.backend_ref]
             active = []
             for array in arrays:
                 if array.backend_ref and not live.get(array.key):
                     stored[array.plan.number].ended = True
                 elif array.backend_ref:
                     active.append(array)
-            new_rows = []
             if retry and not stopping:
                 avoid = sorted(exclude | set(ref.excluded_nodes))
                 tasks = pack(sorted(retry), ref.spec.sweep.per_task)
-                new_rows.append(
-                    self._new_array(session, ref, self._next_number(session, ref.job_id), 0, tasks, 0, avoid)
-                )
-                self._assign(session, ref.job_id, new_rows)
-            changes = self._rebalance(ref, active, live, stored, new_rows)
+                row = self._new_array(session, ref, self._next_number(session, ref.job_id), 0, tasks, 0, avoid)
+                self._assign(session, ref.job_id, [row])
+                stored[row.number] = row
+            waiting = [] if stopping else [r for r in stored.values() if not r.backend_ref]
+            changes, starting = self._rebalance(ref, active, live, stored, waiting)
             statuses = [p.status for p in points.values()]
             job.sweep = counts(statuses, sum(1 for p in points.values() if p.tries > 1)) | {
-                "arrays": session.scalar(select(func.count()).where(SweepArray.job_id == ref.job_id)),
+                "arrays": sum(1 for r in stored.values() if r.backend_ref) + len(starting),
                 "eta_s": _eta(points.values(), seen.first_start),
             }
             settled = all(s in SETTLED for s in statuses)
-            waiting = bool(active or new_rows or (unsubmitted and not stopping))
-            observation = self._attempt_state(points, settled, waiting, stopping, seen)
-        for row in ([] if stopping else unsubmitted) + new_rows:  # an earlier cycle's that failed: again
+            observation = self._attempt_state(points, settled, bool(active or waiting), stopping, seen)
+        for row in starting:  # their slots came: submitted with them (again, if a try failed)
             self._submit(driver, ref, row)
         self._apply_throttles(driver, changes)
         return observation
@@ -443,33 +442,39 @@ class SweepRunner:
             row.error = f"{row.error} ({verdict.words(fault)})"
         return False
 
-    def _rebalance(self, ref, active: list[ArrayRef], live, stored: dict[int, SweepArray], new_rows):
-        """New throttles for the attempt's live arrays (and the new ones): (array, throttle, release)."""
-        order = [(a, stored[a.plan.number]) for a in active]
-        shape = [(len(live[a.key]), sum(1 for s in live[a.key].values() if s == "running")) for a in active]
-        shape += [(len(r.tasks), 0) for r in new_rows]
-        limits = throttles(ref.spec.slots, shape)
-        for row, limit in zip(new_rows, limits[len(active) :], strict=True):
-            row.throttle, row.held = limit, limit == 0
-        changes = []
-        for (array, row), limit in zip(order, limits, strict=False):
-            if limit == 0 or (limit == row.throttle and not row.held):
-                continue  # unchanged; or 0: a released array is never held back, its throttle stays until it drains
-            changes.append((array, row.id, limit, row.held))
-        return changes
+    def _rebalance(self, ref, active: list[ArrayRef], live, stored: dict[int, SweepArray], waiting: list[SweepArray]):
+        """The slots over the attempt's arrays, oldest first (`throttles`): (changes to live
+        arrays' throttles, waiting arrays whose slots came and are to be submitted with them)."""
+        order = sorted([*active, *waiting], key=lambda a: a.plan.number if isinstance(a, ArrayRef) else a.number)
+        shape = [
+            (len(live[a.key]), sum(1 for s in live[a.key].values() if s == "running"))
+            if isinstance(a, ArrayRef)
+            else (sum(1 for task in a.tasks), 0)
+            for a in order
+        ]
+        changes, starting = [], []
+        for item, limit in zip(order, throttles(ref.spec.slots, shape), strict=True):
+            if isinstance(item, SweepArray):
+                if limit > 0:
+                    item.throttle, item.held = limit, False
+                    starting.append(item)
+                continue
+            row = stored[item.plan.number]
+            if limit > 0 and limit != row.throttle:  # 0: it runs what it runs until it drains
+                changes.append((item, row.id, limit))
+        return changes, starting
 
     def _apply_throttles(self, driver: Driver, changes) -> None:
-        """Tell the backend each array's new throttle (and release those held), storing each
-        once the backend took it: one that fails is tried again next cycle."""
-        for array, row_id, limit, release in changes:
+        """Tell the backend each live array's new throttle, storing each once the backend took
+        it: one that fails is tried again next cycle."""
+        for array, row_id, limit in changes:
             try:
-                driver.throttle_array(array, limit, release)
+                driver.throttle_array(array, limit)
             except Exception:
                 log.exception("sweep %s: array %d's throttle stays for now", array.ref.job_id, array.plan.number)
                 continue
             with self.store.session() as session:
-                row = session.get(SweepArray, row_id)
-                row.throttle, row.held = limit, False
+                session.get(SweepArray, row_id).throttle = limit
 
     @staticmethod
     def _attempt_state(points, settled: bool, active: bool, stopping: bool, seen: _Seen) -> Observation:

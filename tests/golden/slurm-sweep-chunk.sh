@@ -8,8 +8,7 @@
 #SBATCH --cpus-per-task=4
 #SBATCH --gres=gpu:1
 #SBATCH --time=20
-#SBATCH --array=0-100%1
-#SBATCH --hold
+#SBATCH --array=0-100%3
 #SBATCH --chdir=/shared/cellscale/jobs/cs-0123456789ab
 #SBATCH --output=/shared/cellscale/jobs/cs-0123456789ab/arrays/slurm-%A_%a.out
 #SBATCH --no-requeue

@@ -75,7 +75,7 @@ def test_a_pool_run_as_its_owner_can_read_what_the_control_plane_wrote(tmp_path,
     assert files == [("alice", ["1.json", "1.throttle"])]
     assert as_owner.submit_array(array).startswith("pool:")
     assert handed == [("alice", tmp_path)] and spawned[0][:4] == ["runuser", "-u", "alice", "--"]
-    as_owner.throttle_array(array, 1, release=False)
+    as_owner.throttle_array(array, 1)
     assert files[-1] == ("alice", ["1.throttle"]) and len(handed) == 1  # one file, not the whole directory again
     LocalDriver(name="local", gpus=0, submit_as=[]).submit_array(
         ArrayRef(ref=ref, plan=plan.model_copy(update={"number": 2}))

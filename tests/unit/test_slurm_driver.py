@@ -90,15 +90,15 @@ SWEEP = {"points": 250, "points_sha256": "0" * 64, "max_parallel": 8}
 
 
 @pytest.mark.parametrize(
-    ("case", "number", "offset", "tasks", "throttle", "held", "excluded"),
+    ("case", "number", "offset", "tasks", "throttle", "excluded"),
     [
-        # the second chunk of a 250-task sweep at MaxArraySize 101, held until a slot frees
-        ("slurm-sweep-chunk", 2, 101, [[p] for p in range(101, 202)], 0, True, []),
+        # the second chunk of a 250-task sweep at MaxArraySize 101, submitted as 3 of its 8 slots passed to it
+        ("slurm-sweep-chunk", 2, 101, [[p] for p in range(101, 202)], 3, []),
         # a retry of two points whose node failed, packed 2 per task, avoiding that node
-        ("slurm-sweep-retry", 4, 0, [[42, 43]], 1, False, ["node3"]),
+        ("slurm-sweep-retry", 4, 0, [[42, 43]], 1, ["node3"]),
     ],
 )
-def test_sweep_arrays_match_golden(case, number, offset, tasks, throttle, held, excluded):
+def test_sweep_arrays_match_golden(case, number, offset, tasks, throttle, excluded):
     driver = SlurmDriver(name="slurm", python="/opt/venv/bin/python", partition="gpu")
     spec = JobSpec(
         source="y = x", launcher="plain", resources={"gpus_per_node": 1, "cpus_per_task": 4, "timeout_min": 20}
@@ -110,7 +110,6 @@ def test_sweep_arrays_match_golden(case, number, offset, tasks, throttle, held, 
         offset=offset,
         tasks=tasks,
         throttle=throttle,
-        held=held,
         timeout_s=20 * 60.0 * len(tasks[0]),
         excluded_nodes=excluded,
     )

@@ -210,7 +210,7 @@ class Driver(LoggingConfigurable):
       backend's id (idempotent: `array.ref.resubmit` may find it already there),
       `live_tasks(arrays)` -> {array.key: {index: "pending" | "running"}} in ONE query for all
       of them (an index absent has ended), `task_end(array, index)` -> TaskEnd (None while the
-      backend has not settled it), `cancel_array(array)`, `throttle_array(array, n, release)`.
+      backend has not settled it), `cancel_array(array)`, `throttle_array(array, n)`.
     - The job-directory methods (`prepare`, `read_log`, `log_path`, `log_size`, `checkpoints`,
       `result_file`, and the facts `observe_attempts` adds to each observation) assume a directory
       every node and the control plane share (`ref.job_dir`). A backend whose jobs write elsewhere
@@ -366,7 +366,7 @@ class Driver(LoggingConfigurable):
     def cancel_array(self, array: ArrayRef) -> None:
         raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
 
-    def throttle_array(self, array: ArrayRef, throttle: int, release: bool) -> None:
+    def throttle_array(self, array: ArrayRef, throttle: int) -> None:
         raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
 
     # -- the job directory ----------------------------------------------------------------------

@@ -284,7 +284,7 @@ class LocalDriver(Driver):
             except ProcessLookupError:
                 pass
 
-    def throttle_array(self, array: ArrayRef, throttle: int, release: bool) -> None:
+    def throttle_array(self, array: ArrayRef, throttle: int) -> None:
         sweep = SweepDir(array.ref.job_dir)
         sweep.write_throttle(array.plan.number, throttle)
         if self.submit_as:  # the owner's pool re-reads it

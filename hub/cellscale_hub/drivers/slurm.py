@@ -82,7 +82,6 @@ MANAGED_OPTIONS = frozenset(
         "no-requeue",
         "comment",
         "array",  # a sweep's, with its throttle
-        "hold",
     }
 )
 DEFAULT_BATCH_TEMPLATE = """\
@@ -739,7 +738,6 @@ class SlurmDriver(Driver):
             *([f"--gres=gpu:{res.gpus_per_node}"] if res.gpus_per_node else []),
             f"--time={max(1, -(-int(plan.timeout_s) // 60))}",
             f"--array=0-{len(plan.tasks) - 1}%{max(1, plan.throttle)}",
-            *(["--hold"] if plan.held else []),  # released when a slot of the sweep frees
             *([f"--exclude={','.join(excluded)}"] if excluded else []),
             f"--chdir={ref.job_dir}",
             f"--output={ref.job_dir / 'arrays' / 'slurm-%A_%a.out'}",
@@ -818,7 +816,7 @@ class SlurmDriver(Driver):
         if array.backend_ref:
             self._run([*self._as_user(array.ref.owner), "scancel", array.backend_ref])
 
-    def throttle_array(self, array: ArrayRef, throttle: int, release: bool) -> None:
+    def throttle_array(self, array: ArrayRef, throttle: int) -> None:
         if not array.backend_ref or throttle < 1:
             return
         user = self._as_user(array.ref.owner)
@@ -828,8 +826,6 @@ class SlurmDriver(Driver):
         # and "No error" for the rest: taken
         if result.returncode and "No error" not in result.stderr + result.stdout:
             raise command_error(update, result.returncode, result.stderr)
-        if release:
-            self._run([*user, "scontrol", "release", array.backend_ref])
 
     def _find_name(self, name: str) -> str | None:
         out = self._run(["squeue", "-h", f"--name={name}", "-o", "%F"]).split()

@@ -279,7 +279,7 @@ class SweepArray(Base):
     tasks: Mapped[list] = mapped_column(JSON)  # [[point, ...], ...]: the points of each of its indexes
     excluded_nodes: Mapped[list] = mapped_column(JSON, default=list)
     throttle: Mapped[int] = mapped_column(Integer)  # most of its tasks running at once (%N)
-    held: Mapped[bool] = mapped_column(Boolean, default=False)  # submitted held: released when a slot frees
+    held: Mapped[bool] = mapped_column(Boolean, default=False)  # waiting: submitted once a slot of the sweep is its
     backend_ref: Mapped[str | None] = mapped_column(String(255))
     ended: Mapped[bool] = mapped_column(Boolean, default=False)  # none of its tasks is pending or running
     submitted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

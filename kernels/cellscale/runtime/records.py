@@ -142,7 +142,6 @@ class ArrayPlan(BaseModel):
     offset: int = Field(0, description="The sweep's task number of index 0 (arrays chunk a sweep by MaxArraySize).")
     tasks: list[list[int]]
     throttle: int = Field(description="Most of its tasks running at once (Slurm's %N).")
-    held: bool = Field(False, description="Submitted held: released when a slot of the sweep frees.")
     timeout_s: float = Field(description="Each task's time limit: the points it runs x the job's --time.")
     excluded_nodes: list[str] = Field(default_factory=list)
     slot_gpus: list[list[int]] = Field(
