@@ -59,7 +59,8 @@ unless someone else's jobs are queued); MaxArraySize and MaxJobCount are put bac
 and the desks' account limits the controller mirrors (GrpTRES, Fairshare) are restored even
 when a step fails (SIGINT or SIGTERM included); only this benchmark's own jobs are ever
 cancelled, others' are waited for before each step. Must run as root. Takes ~25 min
-(--quick ~15 min: most of it the purge wait and Ray).
+(--quick ~15 min: most of it the purge wait and Ray). The baselines are the `bench` extra:
+`.venv/bin/pip install -e ".[bench]"` (submitit, ray[tune]).
 
     .venv/bin/python benchmarks/sweeps.py [--quick] [--parts submit,makespan,lines]
 """
