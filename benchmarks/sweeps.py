@@ -471,13 +471,19 @@ def cellscale_plane(cluster):
     plane.controller.start()
 
     def arrays(job_id: str) -> list[str]:
+        """The sweep's arrays submitted so far (their Slurm ids)."""
         with store.session() as session:
             query = select(SweepArray.backend_ref).where(
                 SweepArray.job_id == job_id, SweepArray.backend_ref.is_not(None)
             )
             return list(session.scalars(query))
 
-    plane.arrays = arrays
+    def planned(job_id: str) -> int:
+        """The sweep's arrays planned so far (an array waits unsubmitted until slots pass to it)."""
+        with store.session() as session:
+            return len(list(session.scalars(select(SweepArray.id).where(SweepArray.job_id == job_id))))
+
+    plane.arrays, plane.planned = arrays, planned
     try:
         yield plane, client
     finally:
@@ -522,9 +528,11 @@ def cellscale_submit(cluster, points: int, slots: int, size: int) -> dict:
         returned = time.perf_counter() - t0
         sweep.close()  # no poller: only the queue matters here
         ids: list[str] = []
-        while True:
+        while True:  # every point planned into its arrays, and those the slots reach in squeue
             ids = plane.arrays(sweep.job_id)
-            if len(ids) >= expected and len({line.split()[0] for line in squeue_lines(ids, "-o", "%F")}) >= expected:
+            planned = plane.planned(sweep.job_id)
+            listed = {line.split()[0] for line in squeue_lines(ids, "-o", "%F")} if ids else set()
+            if planned >= expected and ids and len(listed) >= len(ids):
                 break
             if time.perf_counter() - t0 > SUBMIT_LIMIT_S:
                 MINE.update(ids)
@@ -534,8 +542,8 @@ def cellscale_submit(cluster, points: int, slots: int, size: int) -> dict:
                 return {
                     "points": points,
                     "max_array_size": size,
-                    "error": f"{len(ids)} of {expected} arrays in squeue after {SUBMIT_LIMIT_S:.0f} s "
-                    f"(job {job.phase.value}: {job.reason})",
+                    "error": f"{planned} of {expected} arrays planned, {len(ids)} in squeue after "
+                    f"{SUBMIT_LIMIT_S:.0f} s (job {job.phase.value}: {job.reason})",
                 }
             time.sleep(POLL)
         queued = time.perf_counter() - t0
@@ -551,6 +559,7 @@ def cellscale_submit(cluster, points: int, slots: int, size: int) -> dict:
         "map_returned_s": returned,
         "all_arrays_in_squeue_s": queued,
         "arrays": len(ids),
+        "arrays_planned": planned,
         "records_pending": len(records),
         "record_states": dict(Counter(r.split("|", 1)[1] for r in records)),
         "tasks_listed_by_squeue_r": tasks,
@@ -818,11 +827,14 @@ def submit_step(cluster, points: int, slots: int, size: int) -> dict:
     print(f"\nsubmit {points} points at MaxArraySize {size}", flush=True)
     with blocker():
         ours = cellscale_submit(cluster, points, slots, size)
-        print(
-            f"  cellscale: {ours['arrays']} arrays in squeue after {ours['all_arrays_in_squeue_s']:.2f} s, "
-            f"{ours['records_pending']} records",
-            flush=True,
-        )
+        if "error" in ours:
+            print(f"  cellscale: {ours['error']}", flush=True)
+        else:
+            print(
+                f"  cellscale: {ours['arrays_planned']} arrays planned, the {ours['arrays']} its slots reach in "
+                f"squeue after {ours['all_arrays_in_squeue_s']:.2f} s, {ours['records_pending']} records",
+                flush=True,
+            )
         theirs = submitit_submit(cluster, points, slots, size)
         one = theirs["map_array"]
         print(f"  submitit map_array: {'ok' if one['ok'] else one['error'][:160]} ({one['s']:.2f} s)", flush=True)
