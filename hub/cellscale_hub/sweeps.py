@@ -4,9 +4,10 @@ that grant:
 
 - at submit, `create_points` stores one row per point and looks each up in the owner's
   result cache (same code, same point: its earlier result, nothing to run);
-- `SweepRunner.launch` submits the points to run as arrays (Slurm job arrays chunked by the
+- `SweepRunner.launch` plans the points to run as arrays (Slurm job arrays chunked by the
   cluster's live MaxArraySize; local task pools), throttled so that at most `slots` tasks
-  run at once across all of them (`throttles`);
+  run at once across all of them (`throttles`), and submits those the slots reach: the
+  others wait unsubmitted until slots pass to them;
 - `SweepRunner.observe` reads what tasks wrote (one outcome file per point), retries a
   point by its fault class within the job's budgets (a user error is not retried by
   default; a node failure is, on other nodes), rebalances the throttles as arrays drain, and
