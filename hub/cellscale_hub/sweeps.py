@@ -225,7 +225,7 @@ class SweepRunner:
                 self._assign(session, ref.job_id, arrays)
         try:
             for row in arrays:
-                if not row.held:  # the others wait, unsubmitted, until a slot is theirs
+                if row.throttle > 0:  # the others (0) wait, unsubmitted, until a slot is theirs
                     self._submit(driver, ref, row)
         except Exception:
             self.cancel(driver, ref)  # none of this attempt may run beside the next one
@@ -243,7 +243,6 @@ class SweepRunner:
             tasks=tasks,
             excluded_nodes=sorted(exclude),
             throttle=throttle,
-            held=throttle == 0,
             ended=False,
         )
         session.add(row)
@@ -457,7 +456,7 @@ class SweepRunner:
         for item, limit in zip(order, throttles(ref.spec.slots, shape), strict=True):
             if isinstance(item, SweepArray):
                 if limit > 0:
-                    item.throttle, item.held = limit, False
+                    item.throttle = limit
                     starting.append(item)
                 continue
             row = stored[item.plan.number]

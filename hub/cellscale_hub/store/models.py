@@ -278,8 +278,7 @@ class SweepArray(Base):
     offset: Mapped[int] = mapped_column(Integer)  # the sweep's task number of its index 0
     tasks: Mapped[list] = mapped_column(JSON)  # [[point, ...], ...]: the points of each of its indexes
     excluded_nodes: Mapped[list] = mapped_column(JSON, default=list)
-    throttle: Mapped[int] = mapped_column(Integer)  # most of its tasks running at once (%N)
-    held: Mapped[bool] = mapped_column(Boolean, default=False)  # waiting: submitted once a slot of the sweep is its
+    throttle: Mapped[int] = mapped_column(Integer)  # most of its tasks running at once (%N); 0: waits unsubmitted
     backend_ref: Mapped[str | None] = mapped_column(String(255))
     ended: Mapped[bool] = mapped_column(Boolean, default=False)  # none of its tasks is pending or running
     submitted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

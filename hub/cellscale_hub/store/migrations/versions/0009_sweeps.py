@@ -51,7 +51,6 @@ def upgrade() -> None:
         sa.Column("tasks", sa.JSON(), nullable=False),
         sa.Column("excluded_nodes", sa.JSON(), nullable=False),
         sa.Column("throttle", sa.Integer(), nullable=False),
-        sa.Column("held", sa.Boolean(), nullable=False),
         sa.Column("backend_ref", sa.String(255), nullable=True),
         sa.Column("ended", sa.Boolean(), nullable=False),
         sa.Column("submitted_at", UTC_DATETIME, nullable=True),
