@@ -153,6 +153,13 @@ class Client:
         params = {k: v for k, v in {"scope": scope, "phase": phase, "limit": limit, "cursor": cursor}.items() if v}
         return JobPage.model_validate(self._call("GET", "api/jobs", params=params).json())
 
+    def find(self, idempotency_key: str) -> JobView | None:
+        """The job this user submitted with `idempotency_key`, if any (how a workflow step that
+        recorded its key before submitting finds its job after a crash)."""
+        params = {"scope": "mine", "key": idempotency_key, "limit": 1}
+        items = JobPage.model_validate(self._call("GET", "api/jobs", params=params, retries=2).json()).items
+        return items[0] if items else None
+
     def cancel(self, job_id: str) -> JobView:
         return JobView.model_validate(self._call("POST", f"api/jobs/{job_id}/cancel", retries=2).json())
 

@@ -7,7 +7,7 @@ import html
 import sys
 from datetime import UTC, datetime
 
-from cellscale.spec import CheckpointView, JobView, PendingView, Phase, Resources, SweepProgress
+from cellscale.spec import CheckpointView, JobView, Origin, PendingView, Phase, Resources, SweepProgress
 from cellscale.vocabulary import Resource
 
 PHASE_COLOURS = {
@@ -55,12 +55,28 @@ def _where(job: JobView) -> str:
     return job.backend
 
 
+def origin_line(origin: Origin) -> str:
+    """`dagster run 3f2a9c1e, asset model, partition 2026-11-30`: the run a job belongs to."""
+    words = [f"{origin.tool} run {origin.run_id[:8]}"]
+    if origin.asset:
+        words.append(f"asset {origin.asset}")
+    elif origin.step:
+        words.append(f"step {origin.step}")
+    if origin.partition_count == 1 and origin.partitions:
+        words.append(f"partition {origin.partitions[0]}")
+    elif origin.partition_count > 1:
+        words.append(f"{origin.partition_count} partitions from {origin.partitions[0]}")
+    return ", ".join(words)
+
+
 def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
     """`%cluster status ID`: the status line, then where it queues, why it waits, each
     attempt with its end reason and fault class, and the newest checkpoints."""
     lines = [status_line(job)]
     if job.sweep is not None:
         lines.append(f"  sweep: {sweep_line(job.sweep, job)}")
+    if job.spec.origin is not None:
+        lines.append(f"  from: {origin_line(job.spec.origin)}")
     where = f"queue {job.queue} → cluster queue {job.cluster_queue or '?'}, priority {job.priority}"
     if job.flavor:
         where += f", admitted on {job.flavor}" + (f" ({job.borrowed} GPUs borrowed)" if job.borrowed else "")

@@ -88,6 +88,10 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,6
 QueueName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 ResultKey = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+OriginText = Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f\x7f]*$")]
+"""A run id, step, asset, partition or link a workflow engine names a job by: printable, one line."""
+MAX_ORIGIN_PARTITIONS = 20
+"""Partitions an Origin lists by name (a backfill's job lists the first ones and counts all)."""
 
 
 class Strict(BaseModel):
@@ -203,6 +207,23 @@ class Sweep(Strict):
         return min(self.max_parallel, self.tasks)
 
 
+class Origin(Strict):
+    """Who asked for a job when a workflow engine submitted it on a user's behalf: shown with the
+    job (panel, `%cluster status`) so a researcher can find the run and asset it belongs to."""
+
+    tool: Literal["dagster"] = Field(description="The engine that submitted it.")
+    run_id: OriginText = Field(description="The engine's run (Dagster's run id).")
+    step: OriginText | None = Field(None, description="The step of that run (Dagster's step key).")
+    asset: OriginText | None = Field(None, description="The asset it materializes (Dagster's asset key, '/'-joined).")
+    partitions: list[OriginText] = Field(
+        default_factory=list, max_length=MAX_ORIGIN_PARTITIONS, description="The partitions it materializes."
+    )
+    partition_count: int = Field(
+        0, ge=0, description="How many partitions it materializes (more than `partitions` lists when many)."
+    )
+    url: OriginText | None = Field(None, description="A link to the run in the engine's UI, when it has one.")
+
+
 class JobSpec(Strict):
     """What a user asks for. Validated completely before anything is stored."""
 
@@ -258,6 +279,9 @@ class JobSpec(Strict):
     )
     sweep: Sweep | None = Field(
         None, description="Run the cell once per point of a grid (each point's values bound as variables)."
+    )
+    origin: Origin | None = Field(
+        None, description="The workflow run that submitted it (Dagster's run, step, asset and partitions)."
     )
 
     def code_key(self) -> str:

@@ -245,7 +245,13 @@ def _job_routes(router: APIRouter) -> None:
         name: Annotated[str | None, Query(max_length=200, pattern=r"^[^\x00-\x1f]*$")] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         cursor: Annotated[str | None, Query(max_length=200)] = None,
+        key: Annotated[
+            str | None,
+            Query(max_length=128, description="Only the job you submitted with this Idempotency-Key (scope=mine)."),
+        ] = None,
     ) -> Response:
+        if key is not None and scope != "mine":
+            raise HTTPException(400, "key= finds one of your own jobs: use it with scope=mine")
         if scope == "all" and not who.admin:
             raise HTTPException(403, "scope=all is for admins; use scope=mine or scope=tenant")
         owners = [who.user] if scope == "mine" else None
@@ -253,7 +259,14 @@ def _job_routes(router: APIRouter) -> None:
         with ctx.store.session() as session:
             try:
                 rows, next_cursor = q.list_jobs(
-                    session, owners=owners, tenants=tenants, phase=phase, name=name, limit=limit, cursor=cursor
+                    session,
+                    owners=owners,
+                    tenants=tenants,
+                    phase=phase,
+                    name=name,
+                    limit=limit,
+                    cursor=cursor,
+                    key=key,
                 )
             except ValueError as exc:
                 raise HTTPException(400, str(exc)) from exc

@@ -184,9 +184,13 @@ def list_jobs(
     name: str | None,
     limit: int,
     cursor: str | None,
+    key: str | None = None,
 ) -> tuple[list[Job], str | None]:
-    """Newest first, keyset-paginated. `owners`/`tenants` of None mean no restriction."""
+    """Newest first, keyset-paginated. `owners`/`tenants` of None mean no restriction; `key`:
+    only the job submitted with that idempotency key."""
     query = select(Job)
+    if key is not None:
+        query = query.where(Job.idempotency_key == key)
     if owners is not None:
         query = query.where(Job.owner.in_(list(owners)))
     if tenants is not None:

@@ -1306,6 +1306,8 @@ export interface components {
             outputs?: string[];
             /** @description Run the cell once per point of a grid (each point's values bound as variables). */
             sweep?: components["schemas"]["Sweep"] | null;
+            /** @description The workflow run that submitted it (Dagster's run, step, asset and partitions). */
+            origin?: components["schemas"]["Origin"] | null;
         };
         /**
          * JobView
@@ -1461,6 +1463,50 @@ export interface components {
              * @description At or above the threshold: an admin should look at it.
              */
             flagged: boolean;
+        };
+        /**
+         * Origin
+         * @description Who asked for a job when a workflow engine submitted it on a user's behalf: shown with the
+         *     job (panel, `%cluster status`) so a researcher can find the run and asset it belongs to.
+         */
+        Origin: {
+            /**
+             * Tool
+             * @description The engine that submitted it.
+             * @constant
+             */
+            tool: "dagster";
+            /**
+             * Run Id
+             * @description The engine's run (Dagster's run id).
+             */
+            run_id: string;
+            /**
+             * Step
+             * @description The step of that run (Dagster's step key).
+             */
+            step?: string | null;
+            /**
+             * Asset
+             * @description The asset it materializes (Dagster's asset key, '/'-joined).
+             */
+            asset?: string | null;
+            /**
+             * Partitions
+             * @description The partitions it materializes.
+             */
+            partitions?: string[];
+            /**
+             * Partition Count
+             * @description How many partitions it materializes (more than `partitions` lists when many).
+             * @default 0
+             */
+            partition_count: number;
+            /**
+             * Url
+             * @description A link to the run in the engine's UI, when it has one.
+             */
+            url?: string | null;
         };
         /**
          * PendingCode
@@ -2246,6 +2292,8 @@ export interface operations {
                 name?: string | null;
                 limit?: number;
                 cursor?: string | null;
+                /** @description Only the job you submitted with this Idempotency-Key (scope=mine). */
+                key?: string | null;
             };
             header?: never;
             path?: never;
