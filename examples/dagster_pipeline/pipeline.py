@@ -175,3 +175,9 @@ def backtest(partition_key: str, threshold: float) -> dict:
 assets = [bars, features, model, backtest]
 resources = {"cellscale": CellscaleResource()}
 defs = dg.Definitions(assets=assets, resources=resources, jobs=[dg.define_asset_job("market_day", selection=assets)])
+
+
+def market_day():
+    """The four steps of one day as a job (`dagster.reconstructable(market_day)` runs it in a
+    run worker, and re-executes it from failure)."""
+    return defs.resolve_job_def("market_day")

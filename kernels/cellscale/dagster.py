@@ -466,9 +466,7 @@ def _job_name(context: dg.AssetExecutionContext) -> str:
     return (cleaned or "dagster-step")[:63]
 
 
-def _job_args(
-    name: str, gpus: int, launcher: str | Launcher, options: Mapping[str, Any], **fixed: Any
-) -> MagicArgs:
+def _job_args(name: str, gpus: int, launcher: str | Launcher, options: Mapping[str, Any], **fixed: Any) -> MagicArgs:
     unknown = sorted(set(options) - JOB_OPTIONS)
     if unknown:
         raise dg.DagsterInvalidDefinitionError(
@@ -479,14 +477,16 @@ def _job_args(
     if isinstance(values.get("data"), str):
         values["data"] = [values["data"]]
     try:
-        return MagicArgs.model_validate({"name": name, "gpus": gpus, "launcher": launcher, "outputs": ["result"], **values})
+        return MagicArgs.model_validate(
+            {"name": name, "gpus": gpus, "launcher": launcher, "outputs": ["result"], **values}
+        )
     except ValidationError as exc:
         raise dg.DagsterInvalidDefinitionError(f"cellscale job options: {explain(exc)}") from None
 
 
 def _spec(args: MagicArgs, source: str, sweep=None) -> JobSpec:
     try:
-        return args.to_spec(source, "0" * 64, sweep)  # the bundle's hash is set once it is uploaded
+        return args.to_spec(source, "0" * 64 if args.inputs else None, sweep)  # the hash: once uploaded
     except MagicUsageError as exc:
         raise dg.DagsterInvalidDefinitionError(f"cellscale job options: {exc}") from None
 
@@ -583,7 +583,13 @@ def cellscale_asset(
     partition × point, `fn(partition_key=..., **point)`, as one sweep; with partitions its
     backfills are single-run, so a backfill of N days is ONE sweep."""
     options = {k: kwargs.pop(k) for k in list(kwargs) if k in JOB_OPTIONS}
-    _job_args("check", gpus, launcher, options)  # refuse bad options at definition time
+    _spec(_job_args("check", gpus, launcher, options), "pass")  # refuse bad options when defined, not when run
+    unknown = sorted(set(kwargs) - set(inspect.signature(dg.asset).parameters))
+    if unknown:
+        raise dg.DagsterInvalidDefinitionError(
+            f"cellscale_asset: {', '.join(unknown)} is neither a cellscale job option (gpus, launcher, sweep, "
+            f"max_parallel, per_task, {', '.join(sorted(JOB_OPTIONS))}) nor an argument of dagster.asset"
+        )
 
     def decorate(fn: Callable[..., Any]) -> dg.AssetsDefinition:
         ship_by_value(fn)
