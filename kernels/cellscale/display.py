@@ -65,7 +65,8 @@ def origin_line(origin: Origin) -> str:
     if origin.partition_count == 1 and origin.partitions:
         words.append(f"partition {origin.partitions[0]}")
     elif origin.partition_count > 1:
-        words.append(f"{origin.partition_count} partitions from {origin.partitions[0]}")
+        first = f" from {origin.partitions[0]}" if origin.partitions else ""
+        words.append(f"{origin.partition_count} partitions{first}")
     return ", ".join(words)
 
 

@@ -95,7 +95,8 @@ def _text_of(kind: str, content: dict) -> str:
     if kind == "comm_msg":  # ipywidgets state: the Output widget's outputs, the header's HTML
         state = content.get("data", {}).get("state", {})
         parts = [o.get("text", "") for o in state.get("outputs", [])]
-        return "".join(parts) + state.get("value", "")
+        value = state.get("value", "")  # a label's text; a progress bar's value is a number
+        return "".join(parts) + (value if isinstance(value, str) else "")
     if kind in ("execute_result", "display_data"):
         return content.get("data", {}).get("text/plain", "")
     return ""

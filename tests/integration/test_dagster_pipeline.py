@@ -118,7 +118,8 @@ def test_one_day_is_one_job_per_step_and_matches_the_notebook(alice, kernel, slu
     cells = {
         "bars": f"%%cluster --backend slurm --inputs make_bars --outputs r\nr = make_bars({DAY!r})\n",
         "features": f"%%cluster --backend slurm --inputs make_features --outputs r\nr = make_features({DAY!r})\n",
-        "model": f"%%cluster --backend slurm --gpus 2 --launcher torchrun --inputs train --outputs r\nr = train({DAY!r})\n",
+        "model": f"%%cluster --backend slurm --gpus 2 --launcher torchrun --inputs train --outputs r\n"
+        f"r = train({DAY!r})\n",
     }
     for asset, cell in cells.items():
         run = k.execute(cell, timeout=300)
