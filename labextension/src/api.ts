@@ -25,6 +25,7 @@ export type SweepProgress = Schemas['SweepProgress'];
 export type PointView = Schemas['PointView'];
 export type PointPage = Schemas['PointPage'];
 export type PointStatus = Schemas['PointStatus'];
+export type Origin = Schemas['Origin'];
 export type PointQuery = NonNullable<paths['/api/jobs/{job_id}/points']['get']['parameters']['query']>;
 
 /** The JSON body of a successful GET on a control-plane path, read off the generated schema. */

@@ -496,3 +496,49 @@ export function orderPoints(points: PointView[]): PointView[] {
   const rank = (p: PointView) => (p.status === 'failed' ? 0 : 1);
   return [...newest.values()].sort((a, b) => rank(a) - rank(b) || a.index - b.index);
 }
+
+type Origin = Schemas['Origin'];
+
+/** The run a job belongs to, in parts, as `%cluster status` says it: "dagster run 3f2a9c1e",
+ * then its asset (or step), then its partition or how many ("100 partitions from 2026-01-02"). */
+export function originWords(origin: Origin): string[] {
+  const what = origin.asset ? `asset ${origin.asset}` : origin.step ? `step ${origin.step}` : '';
+  return [`${origin.tool} run ${origin.run_id.slice(0, 8)}`, what, partitionWords(origin)].filter(Boolean);
+}
+
+/** "partition 2026-11-30", "100 partitions from 2026-01-02"; empty for an unpartitioned run. */
+function partitionWords(origin: Origin): string {
+  const first = origin.partitions?.[0];
+  if (origin.partition_count === 1 && first) {
+    return `partition ${first}`;
+  }
+  if (origin.partition_count > 1) {
+    return `${origin.partition_count} partitions${first ? ` from ${first}` : ''}`;
+  }
+  return '';
+}
+
+/** "dagster run 3f2a9c1e, asset model, partition 2026-11-30": the notebook's words. */
+export function originText(origin: Origin): string {
+  return originWords(origin).join(', ');
+}
+
+/** An origin in a job-list row, in a few words: "dagster · model · 2026-11-30",
+ * "dagster · backtest · 100 partitions" (its step, or its run, where it names no asset). */
+export function originShortText(origin: Origin): string {
+  const count = origin.partition_count;
+  const partitions = count === 1 ? (origin.partitions?.[0] ?? '') : count > 1 ? `${count} partitions` : '';
+  const what = origin.asset || origin.step || `run ${origin.run_id.slice(0, 8)}`;
+  return [origin.tool, what, partitions].filter(Boolean).join(' · ');
+}
+
+/** The link to the run in the engine's UI where it is an http(s) URL; null for anything else
+ * (a `javascript:` or `data:` URL, a relative one, none). */
+export function originUrl(origin: Origin): string | null {
+  try {
+    const url = new URL(origin.url ?? '');
+    return url.protocol === 'http:' || url.protocol === 'https:' ? url.href : null;
+  } catch {
+    return null;
+  }
+}

@@ -5,6 +5,8 @@ notebook's progress widget counts them to 250/250, and the side panel shows the 
 row with its bar and count, its detail the progress line and, on demand, its points (200 a
 page, then the rest). A second, small sweep with a failing point (submitted through the API)
 shows its failure in another colour, the failed point first, and its traceback on demand.
+A job a Dagster run submitted (through the Client, with its origin) says its asset and
+partition in its row, and its detail where it comes from, the run a link to Dagster.
 
 Screenshots go to $CELLSCALE_ARTIFACTS (default test-artifacts/)."""
 
@@ -17,8 +19,10 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from cellscale.client import Client
 from cellscale.points import manifest
-from tests.integration.conftest import ARTIFACTS, api
+from cellscale.spec import JobSpec, Origin
+from tests.integration.conftest import ARTIFACTS, Hub, api
 from tests.integration.test_panel import _notebook, _watch_console, _widen_sidebar, open_lab, open_panel
 
 pytestmark = pytest.mark.integration
@@ -29,6 +33,15 @@ MAP_CELL = "%%cluster map --over grid --max-parallel 4 --per-task 10 --outputs y
 # run once the sweep is over: the bar's own value, as the kernel holds it (`_` is the handle)
 BAR_CELL = 'bar = _._widget.children[0]\nprint(f"bar {bar.value} of {bar.max}")'
 FAILING = "import time\ntime.sleep(0.5)\nif x == 1:\n    raise ValueError(f'bad point {x}')\ny = x"
+RUN_ID = "3f2a9c1e-5b7d-4e0f-9a21-8c6d0b4e7f13"
+ORIGIN = Origin(
+    tool="dagster",
+    run_id=RUN_ID,
+    asset="model",
+    partitions=["2026-11-30"],
+    partition_count=1,
+    url=f"https://dagster.example/runs/{RUN_ID}",
+)
 
 
 def _cells(*sources: str) -> dict:
@@ -55,7 +68,18 @@ def _submit_failing_sweep(control_plane: httpx.Client) -> str:
     return control_plane.post("jobs", json={"spec": spec}).raise_for_status().json()["id"]
 
 
-def test_a_sweep_is_one_row_with_its_progress_and_its_points_on_demand(hub, token, server, browser: Browser):
+def _submit_from_dagster(hub: Hub, token: str) -> str:
+    """A small job as cellscale.dagster submits one: through the Client, with its run's origin."""
+    client = Client(hub.service_url, token)
+    try:
+        return client.submit(JobSpec(name="dagster-model", launcher="plain", source="print('model')", origin=ORIGIN)).id
+    finally:
+        client.close()
+
+
+def test_a_sweep_is_one_row_with_its_progress_and_its_points_on_demand(
+    hub, token, server, browser: Browser, monkeypatch, tmp_path
+):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     server("alice")
@@ -186,6 +210,26 @@ def test_a_sweep_is_one_row_with_its_progress_and_its_points_on_demand(hub, toke
         expect(traceback).to_contain_text("Traceback (most recent call last)")
         page.mouse.move(900, 600)
         panel.screenshot(path=ARTIFACTS / "panel-sweep-failed.png")
+
+        # a job a Dagster run submitted: its asset and partition in its row; in its detail where
+        # it comes from, the run a link to Dagster in a new tab
+        monkeypatch.setenv("CELLSCALE_HOME", str(tmp_path))  # the Client keeps its result key there
+        dagster_id = _submit_from_dagster(hub, token("alice"))
+        from_dagster = jobs.locator(f'button[data-job="{dagster_id}"]')
+        expect(from_dagster.locator('[data-field="origin"]')).to_have_text(
+            "dagster · model · 2026-11-30", timeout=30_000
+        )
+        from_dagster.click()
+        detail = panel.get_by_role("region", name="Job dagster-model", exact=True)
+        expect(detail.locator(".jp-cellscale-from dt")).to_have_text("From")
+        origin = detail.locator('dd[data-field="origin"]')
+        expect(origin).to_have_text("dagster run 3f2a9c1e, asset model, partition 2026-11-30")
+        run = origin.get_by_role("link", name="dagster run 3f2a9c1e", exact=True)
+        expect(run).to_have_attribute("href", ORIGIN.url)
+        expect(run).to_have_attribute("target", "_blank")
+        expect(run).to_have_attribute("rel", "noopener noreferrer")
+        page.mouse.move(900, 600)
+        panel.screenshot(path=ARTIFACTS / "panel-origin.png")
         assert console == [], console
     except BaseException:
         page.screenshot(path=ARTIFACTS / "panel-sweep-failed-test.png")

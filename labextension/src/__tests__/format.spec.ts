@@ -18,6 +18,9 @@ import {
   isJobId,
   isTerminal,
   orderPoints,
+  originShortText,
+  originText,
+  originUrl,
   paramsText,
   pendingWords,
   phaseLabel,
@@ -44,6 +47,7 @@ type JobCost = components['schemas']['JobCost'];
 type CostEstimate = components['schemas']['CostEstimate'];
 type SweepProgress = components['schemas']['SweepProgress'];
 type PointView = components['schemas']['PointView'];
+type Origin = components['schemas']['Origin'];
 
 describe('formatElapsed', () => {
   it.each([
@@ -495,5 +499,52 @@ describe('sweeps', () => {
       [1, 'done']
     ]);
     expect(orderPoints([point(1, 'done'), point(0, 'queued')]).map(p => p.index)).toEqual([0, 1]);
+  });
+});
+
+describe('origins', () => {
+  const origin = (fields: Partial<Origin> = {}): Origin => ({
+    tool: 'dagster',
+    run_id: '3f2a9c1e-5b7d-4e0f-9a21-8c6d0b4e7f13',
+    step: 'model',
+    asset: 'model',
+    partitions: ['2026-11-30'],
+    partition_count: 1,
+    url: null,
+    ...fields
+  });
+  const many = { asset: 'backtest', partitions: ['2026-01-02', '2026-01-05'], partition_count: 100 };
+
+  it.each([
+    [{}, 'dagster run 3f2a9c1e, asset model, partition 2026-11-30'],
+    [many, 'dagster run 3f2a9c1e, asset backtest, 100 partitions from 2026-01-02'],
+    [{ asset: null, partitions: [], partition_count: 0 }, 'dagster run 3f2a9c1e, step model'],
+    [{ asset: null, step: null, partitions: [], partition_count: 0 }, 'dagster run 3f2a9c1e'],
+    // a count beyond the names listed, none of them sent: the count alone
+    [{ partitions: [], partition_count: 3 }, 'dagster run 3f2a9c1e, asset model, 3 partitions']
+  ])('says %p as the notebook does: %p', (fields, text) => {
+    expect(originText(origin(fields))).toBe(text);
+  });
+
+  it.each([
+    [{}, 'dagster · model · 2026-11-30'],
+    [many, 'dagster · backtest · 100 partitions'],
+    [{ asset: null, step: 'train', partitions: [], partition_count: 0 }, 'dagster · train'],
+    [{ asset: null, step: null, partitions: [], partition_count: 0 }, 'dagster · run 3f2a9c1e']
+  ])('reads %p in a job-list row as %p', (fields, text) => {
+    expect(originShortText(origin(fields))).toBe(text);
+  });
+
+  it.each([
+    ['https://dagster.example/runs/3f2a9c1e', 'https://dagster.example/runs/3f2a9c1e'],
+    ['http://localhost:3000/runs/3f2a9c1e', 'http://localhost:3000/runs/3f2a9c1e'],
+    ['javascript:alert(1)', null],
+    [' JavaScript:alert(1)', null],
+    ['data:text/html,<script>alert(1)</script>', null],
+    ['/runs/3f2a9c1e', null],
+    ['not a url', null],
+    [null, null]
+  ])('links the run only at an http(s) URL: %p gives %p', (url, href) => {
+    expect(originUrl(origin({ url }))).toBe(href);
   });
 });

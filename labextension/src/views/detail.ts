@@ -1,8 +1,9 @@
 /**
- * One job: phase and reason, actions (cancel, attach in notebook, copy id), why it waits, a
- * sweep's progress and (on demand) its points, its attempts with their end reasons, its phase
- * timeline, its checkpoints, its live log and the exact script the backend runs. The job, its
- * events and checkpoints are polled (2 s, with backoff) until it ends; the log is live (LogPane).
+ * One job: phase and reason, the workflow run that submitted it (where one did), actions
+ * (cancel, attach in notebook, copy id), why it waits, a sweep's progress and (on demand) its
+ * points, its attempts with their end reasons, its phase timeline, its checkpoints, its live
+ * log and the exact script the backend runs. The job, its events and checkpoints are polled
+ * (2 s, with backoff) until it ends; the log is live (LogPane).
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 
@@ -15,6 +16,7 @@ import {
   jobEvents,
   JobView,
   jobRender,
+  Origin,
   WhoAmI
 } from '../api';
 import {
@@ -25,6 +27,8 @@ import {
   formatAge,
   formatBytes,
   isTerminal,
+  originUrl,
+  originWords,
   pendingWords,
   resourceWords
 } from '../format';
@@ -149,6 +153,8 @@ export class JobDetailView extends PanelView {
     });
     this.body.replaceChildren(
       this.summary,
+      // from the spec, which never changes: built once, so its link keeps focus while the job updates
+      ...(job.spec.origin ? [originFacts(job.spec.origin)] : []),
       h('div', { className: 'jp-cellscale-actions', attrs: { role: 'group', 'aria-label': 'Job actions' } }, this.cancel, attach, copy),
       this.notice,
       this.problem,
@@ -309,4 +315,23 @@ export class JobDetailView extends PanelView {
   private _job: JobView | null = null;
   private events: EventView[] = [];
   private checkpoints: CheckpointView[] = [];
+}
+
+/** "From: dagster run 3f2a9c1e, asset model, partition 2026-11-30", the run a link to the
+ * engine's UI (a new tab) where its URL is http(s). */
+function originFacts(origin: Origin): HTMLDListElement {
+  const [run, ...rest] = originWords(origin);
+  const href = originUrl(origin);
+  const link =
+    href &&
+    h('a', {
+      attrs: { href, target: '_blank', rel: 'noopener noreferrer', title: `${origin.tool} run ${origin.run_id}` },
+      text: run
+    });
+  return h(
+    'dl',
+    { className: 'jp-cellscale-facts jp-cellscale-from' },
+    h('dt', { text: 'From' }),
+    h('dd', { dataset: { field: 'origin' } }, link || run, rest.length ? `, ${rest.join(', ')}` : '')
+  );
 }

@@ -1,10 +1,19 @@
 /**
  * My jobs or my desk's jobs, live: a scope toggle, a phase filter, a name search, and one
- * row per job (phase badge, name, elapsed time, GPUs, CPUs and memory; the owner in the desk scope).
+ * row per job (phase badge, name, elapsed time, GPUs, CPUs and memory; the owner in the desk scope;
+ * the workflow run that submitted it, where one did).
  * Live through the relay's job-list websocket; polled with backoff while it is down.
  */
 import { JobPage, JobQuery, JobView, listJobs, Phase, socketUrl } from '../api';
-import { elapsedBetween, isTerminal, phaseLabel, resourceWords, sweepShortText } from '../format';
+import {
+  elapsedBetween,
+  isTerminal,
+  originShortText,
+  originText,
+  phaseLabel,
+  resourceWords,
+  sweepShortText
+} from '../format';
 import { FeedState, LiveFeed } from '../live';
 import { PanelView } from '../panel-view';
 import { button, h, phaseBadge, sweepBar } from './dom';
@@ -171,7 +180,7 @@ export class JobsView extends PanelView {
   }
 
   private row(job: JobView): HTMLLIElement {
-    // no aria-label: the row's text (phase, name, elapsed, id, resources, owner) is its accessible name
+    // no aria-label: the row's text (phase, name, elapsed, id, resources, owner, origin) is its accessible name
     const elapsed = h('span', { className: 'jp-cellscale-elapsed', text: this.elapsed(job) });
     const row = h(
       'button',
@@ -189,6 +198,14 @@ export class JobsView extends PanelView {
           .filter(Boolean)
           .join(' · ')
       }),
+      // a workflow's job: its tool, asset and partitions in a few words, the whole origin on hover
+      job.spec.origin &&
+        h('span', {
+          className: 'jp-cellscale-origin',
+          attrs: { title: originText(job.spec.origin) },
+          dataset: { field: 'origin' },
+          text: originShortText(job.spec.origin)
+        }),
       // a sweep is one row: its points done (and failed) of all, the points themselves only
       // in its detail view, on demand
       job.sweep &&
