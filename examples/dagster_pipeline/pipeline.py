@@ -27,7 +27,7 @@ from cellscale.dagster import CellscaleResource, cellscale_asset
 DATA = Path(os.environ.get("CELLSCALE_EXAMPLE_DATA", Path.home() / "cellscale-example-data"))
 BACKEND = os.environ.get("CELLSCALE_EXAMPLE_BACKEND") or None
 SYMBOLS, MINUTES = 16, 390
-THRESHOLDS = [round(0.0002 * i, 4) for i in range(20)]
+THRESHOLDS = [round(0.00001 * i, 5) for i in range(20)]
 days = dg.DailyPartitionsDefinition(start_date="2026-01-01")
 
 

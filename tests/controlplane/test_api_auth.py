@@ -137,6 +137,18 @@ def test_idempotent_submit(plane):
     assert conflict.status_code == 409 and "different job" in conflict.json()["detail"]
 
 
+def test_a_job_is_found_by_its_key_by_its_owner_only(plane):
+    """How a workflow step that recorded its key before a crash finds its job again."""
+    job = plane.submit("alice", key="dagster-run1-step-0").json()
+    plane.submit("bob", key="other")
+    found = plane.http.get("/api/jobs", params={"key": "dagster-run1-step-0"}, headers=plane.as_("alice")).json()
+    assert [j["id"] for j in found["items"]] == [job["id"]]
+    for user, key in (("bob", "dagster-run1-step-0"), ("alice", "never-used")):
+        assert plane.http.get("/api/jobs", params={"key": key}, headers=plane.as_(user)).json()["items"] == []
+    tenant = plane.http.get("/api/jobs", params={"key": "x", "scope": "tenant"}, headers=plane.as_("alice"))
+    assert tenant.status_code == 400 and "scope=mine" in tenant.json()["detail"]
+
+
 def test_bundles_are_content_addressed_and_size_limited(plane, monkeypatch):
     first = plane.http.post("/api/bundles", content=b"abc", headers=plane.as_("alice")).json()
     again = plane.http.post("/api/bundles", content=b"abc", headers=plane.as_("alice")).json()

@@ -132,11 +132,12 @@ def test_one_day_is_one_job_per_step_and_matches_the_notebook(alice, kernel, slu
         timeout=300,
     )
     assert run.reply["status"] == "ok", run.text
-    notebook_pnl = json.loads(k.execute("print(json.dumps(bt.wait().df.pnl.tolist()))", timeout=300).text)
+    printed = k.execute("print('PNL', json.dumps(bt.wait().df.pnl.tolist()))", timeout=300).text
+    notebook_pnl = json.loads(printed.split("PNL ", 1)[1].splitlines()[0])
     assert notebook_pnl == [row["pnl"] for row in meta["backtest"]["cellscale/results"]]
 
 
-def run_worker(alice, target: str, mode: str, value: str, home: Path) -> subprocess.Popen:
+def run_worker(alice, target: str, home: Path, *args: str) -> subprocess.Popen:
     env = {
         **os.environ,
         **alice.env,
@@ -144,7 +145,7 @@ def run_worker(alice, target: str, mode: str, value: str, home: Path) -> subproc
         "PYTHONPATH": os.pathsep.join(str(CHECKOUT / p) for p in ("kernels", "hub", ".")),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.dagster_runner", target, mode, value],
+        [sys.executable, "-m", "tests.integration.dagster_runner", target, *args],
         cwd=CHECKOUT,
         env=env,
         stdout=subprocess.PIPE,
@@ -176,7 +177,7 @@ def finish(worker: subprocess.Popen, timeout: float = 300) -> str:
 def test_a_killed_run_worker_orphans_nothing_and_its_reexecution_reattaches(alice):
     home, since = alice.root / "dagster-kill", time.time()
     home.mkdir()
-    worker = run_worker(alice, "examples.dagster_pipeline.pipeline:market_day", "run", KILL_DAY, home)
+    worker = run_worker(alice, "examples.dagster_pipeline.pipeline:market_day", home, KILL_DAY)
     model = wait_for_job(alice.client, "model", since, {Phase.RUNNING})
     worker.send_signal(signal.SIGKILL)
     worker.wait(timeout=30)
@@ -185,7 +186,7 @@ def test_a_killed_run_worker_orphans_nothing_and_its_reexecution_reattaches(alic
     first_run = model.spec.origin.run_id
     with dagster_instance(home) as instance:  # what Dagster's run monitoring does with a dead worker
         instance.report_run_failed(instance.get_run_by_id(first_run), "its run worker was killed (-9)")
-    again = run_worker(alice, "examples.dagster_pipeline.pipeline:market_day", "reexecute", first_run, home)
+    again = run_worker(alice, "examples.dagster_pipeline.pipeline:market_day", home, KILL_DAY, first_run)
     output = finish(again)
     assert again.returncode == 0, output
     assert "reattached to " + model.id in output
@@ -198,7 +199,7 @@ def test_a_killed_run_worker_orphans_nothing_and_its_reexecution_reattaches(alic
 def test_a_dagster_cancel_during_a_sweep_cancels_its_slurm_tasks(alice, slurm_cluster):
     home, since = alice.root / "dagster-cancel", time.time()
     home.mkdir()
-    worker = run_worker(alice, "tests.integration.dagster_assets:slow", "run", CANCEL_DAY, home)
+    worker = run_worker(alice, "tests.integration.dagster_assets:slow", home, CANCEL_DAY)
     job = wait_for_job(alice.client, "slow_backtest", since, {Phase.RUNNING})
     name = f"{job.id}-a1-s1"
     deadline = time.monotonic() + 120
