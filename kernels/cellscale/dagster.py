@@ -121,7 +121,8 @@ class CellscaleLogMessageReader(dg.PipesMessageReader):
         self._job_id: str | None = None
         self._thread: threading.Thread | None = None
         self._handler = None
-        self._error: BaseException | None = None
+        self.error: BaseException | None = None
+        """Why reading the log stopped early, if it did (the job is unaffected)."""
 
     @contextmanager
     def read_messages(self, handler) -> Iterator[dict]:
@@ -149,7 +150,7 @@ class CellscaleLogMessageReader(dg.PipesMessageReader):
             if pending:
                 self._line(pending)
         except Exception as exc:  # noqa: BLE001 - reported once the step ends; the job is unaffected
-            self._error = exc
+            self.error = exc
 
     def _line(self, line: str) -> None:
         body = _rank0_body(line)
@@ -221,8 +222,8 @@ class PipesCellscaleClient(dg.PipesClient):
             reader.follow(job.id)
             job = run.wait(job)
             result = run.outputs(job)
-        if reader._error is not None:
-            context.log.warning(f"{LOG_PREFIX} stopped reading {job.id}'s log early: {reader._error}")
+        if reader.error is not None:
+            context.log.warning(f"{LOG_PREFIX} stopped reading {job.id}'s log early: {reader.error}")
         return dg.PipesClientCompletedInvocation(session, metadata={**run.metadata(job), **_scalars(result)})
 
     # one sweep over partitions × grid -----------------------------------------------------------
@@ -559,7 +560,11 @@ class CellscaleResource(dg.ConfigurableResource):
 
     def pipes_client(self) -> PipesCellscaleClient:
         if self._pipes is None:
-            client = Client(self.url, self.token) if self.url and self.token else None
+            if bool(self.url) != bool(self.token):
+                raise dg.DagsterInvalidDefinitionError(
+                    "CellscaleResource needs url and token together (or neither: the process's own control plane)"
+                )
+            client = Client(self.url, self.token) if self.url else None
             self._pipes = PipesCellscaleClient(client, poll_s=self.poll_seconds, dagster_url=self.dagster_url)
         return self._pipes
 

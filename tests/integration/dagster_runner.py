@@ -5,7 +5,9 @@ kill -9 it or cancel its run the way Dagster does (mark the run CANCELING, then 
     python -m tests.integration.dagster_runner MODULE:FUNCTION PARTITION
     python -m tests.integration.dagster_runner MODULE:FUNCTION PARTITION RUN_ID   (from failure)
 
-(execute_job's re-execution does not carry the parent's partition tag over: it is given again.)
+A re-execution from failure is made as the webserver's button and the run-retry daemon make
+it (`create_reexecuted_run`): tagged as a resume retry, with the parent's partition. (The
+Python API's `execute_job` adds neither tag itself.)
 """
 
 from __future__ import annotations
@@ -14,14 +16,19 @@ import importlib
 import sys
 
 import dagster as dg
+from dagster._core.storage.tags import RESUME_RETRY_TAG
 
 
 def main(target: str, partition: str, parent_run: str | None = None) -> int:
     module, function = target.split(":")
     job = dg.reconstructable(getattr(importlib.import_module(module), function))
     with dg.DagsterInstance.get() as instance:
-        options = dg.ReexecutionOptions.from_failure(parent_run, instance) if parent_run else None
-        result = dg.execute_job(job, instance, tags={"dagster/partition": partition}, reexecution_options=options)
+        tags = {"dagster/partition": partition}
+        options = None
+        if parent_run:
+            options = dg.ReexecutionOptions.from_failure(parent_run, instance)
+            tags[RESUME_RETRY_TAG] = "true"
+        result = dg.execute_job(job, instance, tags=tags, reexecution_options=options)
     print(f"RESULT run_id={result.run_id} success={result.success}", flush=True)
     return 0 if result.success else 1
 

@@ -216,7 +216,7 @@ def test_a_dagster_cancel_during_a_sweep_cancels_its_slurm_tasks(alice, slurm_cl
     deadline = time.monotonic() + 60
     while True:
         out = slurm_cluster.run(["sacct", "-X", "-n", "-P", "-a", f"--name={name}", "-o", "State"]).stdout
-        states = set(out.split())
+        states = set(out.splitlines())
         if states and all(s.startswith("CANCELLED") for s in states) or time.monotonic() > deadline:
             break
         time.sleep(1)

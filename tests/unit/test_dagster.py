@@ -265,3 +265,8 @@ def test_a_promoted_spec_must_bring_its_inputs():
     spec = JobSpec(source="y = x", input_names=["x"], inputs_sha256="0" * 64, outputs=["y"])
     with pytest.raises(dg.DagsterInvalidDefinitionError, match="inputs_file"):
         cd.spec_asset("promoted", spec)
+
+
+def test_a_resource_with_a_url_and_no_token_is_refused():
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="url and token together"):
+        cd.CellscaleResource(url="http://127.0.0.1:1").pipes_client()
