@@ -5,13 +5,24 @@ import hashlib
 
 from fastapi.testclient import TestClient
 
+from cellscale.bundle import pack_inputs
 from cellscale.client import Client
+from cellscale.promote import promote
+from cellscale.spec import JobSpec
+from cellscale.vocabulary import TERMINAL_PHASES as TERMINAL
 
 DATA = b"\x80\x05alice's pickled inputs\x00\xff"
 
 
 def _upload(plane, user="alice", data=DATA) -> str:
     return plane.http.post("/api/bundles", content=data, headers=plane.as_(user)).json()["sha256"]
+
+
+def _client(plane, user) -> Client:
+    """The kernel's client, talking to this in-process control plane."""
+    client = Client("http://testserver/", user)
+    client._http = TestClient(plane.http.app, base_url="http://testserver/", headers=plane.as_(user))
+    return client
 
 
 def test_the_owner_downloads_the_bytes_uploaded(plane):
@@ -53,6 +64,20 @@ def test_a_read_only_token_may_download_what_was_shared_with_it(plane):
 
 def test_client_download_inputs(plane):
     sha = _upload(plane)
-    client = Client("http://testserver/", "alice")
-    client._http = TestClient(plane.http.app, base_url="http://testserver/", headers=plane.as_("alice"))
+    client = _client(plane, "alice")
     assert client.download_inputs(sha) == DATA
+
+
+def test_promote_a_job_that_ran_here(plane, tmp_path):
+    """`%cluster promote` against a real control plane: the job ran with inputs, its module and
+    bundle are written, and the module's SPEC is the job's spec."""
+    bundle = pack_inputs({"x": 41}, ["x"])
+    sha = _upload(plane, data=bundle)
+    job = plane.submit("alice", source="y = x + 1\nprint(y)\n", input_names=["x"], inputs_sha256=sha).json()
+    assert plane.run_until(job["id"], TERMINAL)["phase"] == "SUCCEEDED"
+    client = _client(plane, "alice")
+    promote(client, job["id"], "model", partitions="daily", directory=tmp_path)
+    assert (tmp_path / "model.inputs").read_bytes() == bundle
+    namespace = {"__file__": str(tmp_path / "model.py")}
+    exec((tmp_path / "model.py").read_text(), namespace)
+    assert JobSpec.model_validate(namespace["SPEC"]) == client.get(job["id"]).spec
