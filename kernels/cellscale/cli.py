@@ -8,6 +8,8 @@ cellscale submit FILE --sweep GRID.csv [--max-parallel N] [--per-task K] [%%clus
                                              run it once per row of GRID.csv (a sweep; one job)
 cellscale list [--scope mine|tenant|all]
 cellscale status ID | logs ID [-f] | cancel ID
+cellscale promote ID --asset NAME [--partitions daily|...] [--start YYYY-MM-DD] [--deps A,B] [--dir DIR] [--force]
+                                             a job that succeeded as a Dagster asset module (DIR/NAME.py)
 
 Arguments after FILE reach the %%cluster parser as the shell split them (`--env "MSG=hello
 world"` is one value). A refusal is one line on stderr, never a traceback: exit 2 for what the
@@ -34,6 +36,7 @@ import httpx
 from cellscale.client import ApiError, Client
 from cellscale.display import TextView, status_line
 from cellscale.magicargs import MagicArgs, MagicUsageError, parse_args
+from cellscale.promote import add_arguments, promote_args
 from cellscale.vocabulary import Phase
 
 SWEEP_HINT = "a sweep: cellscale submit FILE --sweep GRID.csv (e.g. --sweep grid.csv --max-parallel 8)"
@@ -102,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
         if name == "logs":
             c.add_argument("-f", "--follow", action="store_true")
         c.set_defaults(run=run)
+    pr = sub.add_parser("promote", help="a job that succeeded as a Dagster asset module: DIR/NAME.py (+ NAME.inputs)")
+    add_arguments(pr)
+    pr.set_defaults(run=_promote)
     return p
 
 
@@ -259,6 +265,11 @@ def _logs(args, _rest) -> int:
             sys.stdout.flush()
     else:
         sys.stdout.write(client.logs(args.job_id).text)
+    return 0
+
+
+def _promote(args, _rest) -> int:
+    print(promote_args(Client.from_env(), args))
     return 0
 
 

@@ -127,6 +127,10 @@ class Client:
     def upload_inputs(self, data: bytes) -> BundleRef:
         return BundleRef.model_validate(self._call("POST", "api/bundles", content=data, retries=3).json())
 
+    def download_inputs(self, sha256: str) -> bytes:
+        """An inputs bundle this user uploaded or was shared, as the bytes uploaded (not unpickled)."""
+        return self._call("GET", f"api/bundles/{sha256}", retries=2).content
+
     def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> JobView:
         """Submit once: retries after a network error reuse the key, so they never make two jobs.
         The job signs its outputs with a fresh secret kept here (`result` checks it)."""

@@ -7,6 +7,7 @@
 ...cell, run once per point of grid, its values bound as variables...
 
 %cluster list | status ID | attach ID | logs ID | cancel ID
+%cluster promote ID --asset NAME [--partitions daily] ...   (the job's cell as a Dagster asset module)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from cellscale import promote
 from cellscale.bundle import InputError, pack_inputs
 from cellscale.client import RETRYABLE, ApiError, Client
 from cellscale.display import describe, make_view, status_line
@@ -216,8 +218,15 @@ class ClusterMagics(Magics):
     def _command(self, line: str):
         words = line.split()
         if not words:
-            raise MagicUsageError(f"%cluster list | status ID | attach ID | logs ID | cancel ID; %%cluster {usage()}")
+            raise MagicUsageError(
+                f"%cluster list | status ID | attach ID | logs ID | cancel ID | promote ID --asset NAME; "
+                f"%%cluster {usage()}"
+            )
         verb, rest = words[0], words[1:]
+        if verb == "promote":
+            args = promote.parse_line(line.split(None, 1)[1] if rest else "")
+            print(f"[cellscale] {promote.promote_args(self.client, args)}")
+            return None
         if verb == "list":
             for job in self.client.list(scope=rest[0] if rest else "mine").items:
                 print(status_line(job))
@@ -235,7 +244,7 @@ class ClusterMagics(Magics):
             else:
                 self._print_status(job_id)
             return None
-        raise MagicUsageError(f"unknown %cluster command {verb!r}: use list, status, attach, logs or cancel")
+        raise MagicUsageError(f"unknown %cluster command {verb!r}: use list, status, attach, logs, cancel or promote")
 
     def _print_status(self, job_id: str) -> None:
         print(describe(self.client.get(job_id), self.client.checkpoints(job_id)))

@@ -33,7 +33,7 @@ WHEN = {
     400: "A cursor this server did not return (forged or corrupted).",
     401: "No valid JupyterHub token.",
     403: "The token lacks the scope, or the job or action is not yours.",
-    404: "No such job (or not visible to you), queue or flavor.",
+    404: "No such job (or not visible to you), queue, flavor or input bundle.",
     409: "The request conflicts with the job's state (an idempotency key reused for another job, no attempt yet).",
     413: "The request body is larger than this route accepts.",
     422: "A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change.",

@@ -153,6 +153,22 @@ def _job_routes(router: APIRouter) -> None:
             raise HTTPException(404, str(exc)) from exc
         return Response(status_code=204)
 
+    @router.get(
+        "/bundles/{sha256}",
+        responses={200: {"content": {"application/octet-stream": {}}}, **refusals(401, 403, 404)},
+    )
+    def download_bundle(sha256: str, who: Reader, ctx: Ctx) -> Response:
+        """One of your input bundles (uploaded by you or shared with you), the bytes as uploaded:
+        what `%cluster promote` saves beside the asset it writes. Never unpickled here."""
+        path = ctx.bundles.path(who.user, sha256)
+        if path is None:
+            raise HTTPException(
+                404,
+                f"you have no input bundle {sha256} (neither uploaded by you nor shared with you; one no waiting "
+                f"or running job uses is removed after {ctx.bundles.grace_s / 3600:g} h)",
+            )
+        return FileResponse(path, media_type="application/octet-stream")
+
     @router.post(
         "/jobs",
         response_model=JobView,

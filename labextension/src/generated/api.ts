@@ -116,6 +116,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/bundles/{sha256}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download Bundle
+         * @description One of your input bundles (uploaded by you or shared with you), the bytes as uploaded:
+         *     what `%cluster promote` saves beside the asset it writes. Never unpickled here.
+         */
+        get: operations["download_bundle_api_bundles__sha256__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jobs": {
         parameters: {
             query?: never;
@@ -1163,6 +1184,11 @@ export interface components {
              */
             identity_error: number;
         };
+        /** HTTPValidationError */
+        HTTPValidationError: {
+            /** Detail */
+            detail?: components["schemas"]["ValidationError"][];
+        };
         /** IdleJob */
         IdleJob: {
             /** Job Id */
@@ -2014,6 +2040,19 @@ export interface components {
             /** Preemption Grace S */
             preemption_grace_s: number;
         };
+        /** ValidationError */
+        ValidationError: {
+            /** Location */
+            loc: (string | number)[];
+            /** Message */
+            msg: string;
+            /** Error Type */
+            type: string;
+            /** Input */
+            input?: unknown;
+            /** Context */
+            ctx?: Record<string, never>;
+        };
         /** WeightUpdate */
         WeightUpdate: {
             /** Weight */
@@ -2264,7 +2303,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2280,6 +2319,65 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    download_bundle_api_bundles__sha256__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sha256: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "application/octet-stream": unknown;
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };
@@ -2526,7 +2624,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2584,7 +2682,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2644,7 +2742,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2709,7 +2807,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2776,7 +2874,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2846,7 +2944,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2913,7 +3011,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3032,7 +3130,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3103,7 +3201,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3174,7 +3272,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3245,7 +3343,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3610,7 +3708,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3670,7 +3768,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3732,7 +3830,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3803,7 +3901,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such job (or not visible to you), queue or flavor. */
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
             404: {
                 headers: {
                     [name: string]: unknown;
