@@ -97,6 +97,12 @@ class ControlPlane(Application):
         3600.0,
         help="Seconds an input bundle no waiting or running job uses is kept (the time from upload to submit).",
     ).tag(config=True)
+    bundle_keep_succeeded = Float(
+        86400.0,
+        help="""Seconds the input bundle of a job that succeeded is kept after it finished, so
+        `%cluster promote` can save it beside the asset module it writes; counted in the user's
+        bundle quota. 0: removed like any unused one, after bundle_grace.""",
+    ).tag(config=True)
     personal = Bool(False, help="Run as a personal control plane: no hub, one user, a static token.").tag(config=True)
     ip = Unicode("127.0.0.1", help="Address to listen on (as a hub service: from JUPYTERHUB_SERVICE_URL).").tag(
         config=True
@@ -235,6 +241,7 @@ class ControlPlane(Application):
             heartbeat_timeout_s=self.heartbeat_timeout,
             admission_interval_s=self.admission_interval,
             meter_interval_s=self.meter_interval,
+            bundle_keep_succeeded_s=self.bundle_keep_succeeded,
             metrics=metrics,
         )
         sock = self.listen_socket()

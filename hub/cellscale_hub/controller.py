@@ -56,6 +56,7 @@ class Controller:
         fair_share_half_life_s: float = 3600.0,
         heartbeat_timeout_s: float = 60.0,
         bundle_sweep_s: float = 600.0,
+        bundle_keep_succeeded_s: float = 86400.0,
         admission_interval_s: float = 30.0,
         waiting: WaitingBoard | None = None,
         site_lost_timeout_s: float = 120.0,
@@ -69,6 +70,7 @@ class Controller:
         self.jobs_root = jobs_root
         self.bundles = bundles
         self.bundle_sweep_s = bundle_sweep_s
+        self.bundle_keep_succeeded_s = bundle_keep_succeeded_s
         self._swept_at = 0.0
         self.tenancy = tenancy
         self.interval = interval
@@ -170,9 +172,11 @@ class Controller:
         return attempt_ref(self.jobs_root, job, attempt)
 
     def sweep_bundles(self) -> None:
-        """Remove input bundles no waiting or running job uses, once past their grace period."""
+        """Remove input bundles no waiting or running job uses (nor one that succeeded lately),
+        once past their grace period."""
+        since = utcnow() - timedelta(seconds=self.bundle_keep_succeeded_s) if self.bundle_keep_succeeded_s else None
         with self.store.session() as session:
-            in_use = q.bundles_in_use(session)
+            in_use = q.bundles_in_use(session, since)
         removed = self.bundles.sweep(in_use)
         if removed:
             log.info("removed %d input bundle(s) no job uses any more", removed)

@@ -81,3 +81,17 @@ def test_promote_a_job_that_ran_here(plane, tmp_path):
     namespace = {"__file__": str(tmp_path / "model.py")}
     exec((tmp_path / "model.py").read_text(), namespace)
     assert JobSpec.model_validate(namespace["SPEC"]) == client.get(job["id"]).spec
+
+
+def test_a_succeeded_jobs_bundle_outlives_the_grace_for_promote_then_goes(plane):
+    """Past bundle_grace, an unused bundle goes; one of a job that succeeded within
+    bundle_keep_succeeded stays (to be promoted), and goes once that has passed too."""
+    used, unused = _upload(plane, data=pack_inputs({"x": 1}, ["x"])), _upload(plane, data=b"never submitted")
+    job = plane.submit("alice", source="print(x)", input_names=["x"], inputs_sha256=used).json()
+    assert plane.run_until(job["id"], TERMINAL)["phase"] == "SUCCEEDED"
+    plane.bundles.grace_s = 0
+    plane.controller.sweep_bundles()
+    assert plane.bundles.path("alice", used) is not None and plane.bundles.path("alice", unused) is None
+    plane.controller.bundle_keep_succeeded_s = 1e-6
+    plane.controller.sweep_bundles()
+    assert plane.bundles.path("alice", used) is None

@@ -154,13 +154,15 @@ def attempts_since(session: Session, backend: str, since: datetime) -> list[Atte
     return list(session.scalars(query.options(selectinload(Attempt.job)).order_by(Attempt.id)))
 
 
-def bundles_in_use(session: Session) -> dict[str, set[str]]:
-    """owner → the input bundles their waiting or running jobs were submitted with (the few
-    jobs with inputs, from their index: not every job's spec)."""
+def bundles_in_use(session: Session, succeeded_since: datetime | None = None) -> dict[str, set[str]]:
+    """owner → the input bundles their waiting or running jobs were submitted with, and those
+    of jobs that succeeded after `succeeded_since` (kept so `%cluster promote` can save them)
+    (the few jobs with inputs, from their index: not every job's spec)."""
     used: dict[str, set[str]] = {}
-    query = select(Job.owner, Job.inputs_sha256).where(
-        Job.inputs_sha256.is_not(None), Job.phase.not_in(TERMINAL_PHASES)
-    )
+    wanted = Job.phase.not_in(TERMINAL_PHASES)
+    if succeeded_since is not None:
+        wanted = or_(wanted, and_(Job.phase == Phase.SUCCEEDED, Job.finished_at >= succeeded_since))
+    query = select(Job.owner, Job.inputs_sha256).where(Job.inputs_sha256.is_not(None), wanted)
     for owner, sha256 in session.execute(query):
         used.setdefault(owner, set()).add(sha256)
     return used
