@@ -44,12 +44,13 @@ from typing import Any
 
 import cloudpickle
 import dagster as dg
+import httpx
 from dagster._core.pipes.reattach import find_latest_launch_handle, record_external_launch, record_external_reattach
 from dagster_pipes import PIPES_PROTOCOL_VERSION_FIELD, PipesDefaultMessageWriter
 from pydantic import PrivateAttr, ValidationError
 
 from cellscale.bundle import pack_inputs
-from cellscale.client import ApiError, Client
+from cellscale.client import RETRYABLE, ApiError, Client
 from cellscale.magicargs import MagicArgs, MagicUsageError
 from cellscale.points import manifest, points_of
 from cellscale.spec import MAX_ORIGIN_PARTITIONS, JobSpec, JobView, Origin
@@ -72,6 +73,10 @@ JOB_OPTIONS = frozenset(
 LOG_PREFIX = "[cellscale]"
 CANCEL_WAIT_S = 120.0
 """How long a Dagster cancel waits for the backend to confirm the job's end."""
+FIRST_POLL_S = 0.05
+"""A step's first look at its job; the next ones back off to the resource's poll_seconds."""
+UNREACHABLE_S = 300.0
+"""How long a step waits for a control plane that stopped answering (a restart) before failing."""
 PREVIEW_ROWS = 50
 """Rows of a sweep's results shown in its materialization's metadata."""
 
@@ -360,11 +365,25 @@ class _StepRun:
         return stored
 
     def wait(self, job: JobView, on_tick: Callable[[JobView], None] | None = None) -> JobView:
-        """Poll until the job ends; a Dagster cancel cancels it, any other interrupt leaves it."""
+        """Poll until the job ends; a Dagster cancel cancels it, any other interrupt leaves it.
+        A control plane that restarts meanwhile is waited for (UNREACHABLE_S)."""
+        heard, delay = time.monotonic(), min(FIRST_POLL_S, self.pipes.poll_s)
         try:
             while not job.phase.terminal:
-                time.sleep(self.pipes.poll_s)
-                job = self.client.get(job.id)
+                time.sleep(delay)
+                delay = min(delay * 1.5, self.pipes.poll_s)  # short jobs are seen ending soon
+                try:
+                    job = self.client.get(job.id)
+                except (*RETRYABLE, httpx.ReadTimeout, ApiError) as exc:
+                    if isinstance(exc, ApiError) and exc.status < 500:
+                        raise
+                    if time.monotonic() - heard > UNREACHABLE_S:
+                        raise dg.Failure(
+                            f"cellscale's control plane has not answered for {UNREACHABLE_S:.0f} s ({exc}); "
+                            f"{job.id} keeps running there, and re-executing this run from failure reattaches"
+                        ) from exc
+                    continue
+                heard = time.monotonic()
                 if on_tick is not None:
                     on_tick(job)
         except (dg.DagsterExecutionInterruptedError, KeyboardInterrupt):

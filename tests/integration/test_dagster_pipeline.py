@@ -2,7 +2,8 @@
 hub's control plane, the Slurm dev cluster. The example pipeline (examples/dagster_pipeline)
 for one day is one cellscale job per step (sacct agrees; the backtest is one sweep) and gives
 the numbers the same functions give from a notebook; a run worker killed with -9 while the
-model trains leaves the job running and the re-execution reattaches to it; a Dagster cancel
+model trains (and the control plane with it) leaves the job running and the re-execution
+reattaches to it; a Dagster cancel
 during a sweep cancels its Slurm tasks; a backfill of 100 days is ONE sweep materializing
 each day once."""
 
@@ -174,13 +175,17 @@ def finish(worker: subprocess.Popen, timeout: float = 300) -> str:
     return output
 
 
-def test_a_killed_run_worker_orphans_nothing_and_its_reexecution_reattaches(alice):
+def test_a_killed_run_worker_orphans_nothing_and_its_reexecution_reattaches(alice, hub):
+    """kill -9 of the run worker while the model trains, and of the control plane too (the hub
+    restarts it): the job runs on, and the re-execution from failure reattaches to it."""
     home, since = alice.root / "dagster-kill", time.time()
     home.mkdir()
     worker = run_worker(alice, "examples.dagster_pipeline.pipeline:market_day", home, KILL_DAY)
     model = wait_for_job(alice.client, "model", since, {Phase.RUNNING})
     worker.send_signal(signal.SIGKILL)
     worker.wait(timeout=30)
+    os.kill(hub.control_plane_pid(), signal.SIGKILL)
+    hub.wait_for_service()
     assert alice.client.get(model.id).phase in (Phase.RUNNING, Phase.SUCCEEDED)  # nothing cancelled it
 
     first_run = model.spec.origin.run_id

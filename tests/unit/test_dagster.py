@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import cloudpickle
 import dagster as dg
+import httpx
 import pytest
 from dagster._core.pipes.reattach import find_latest_launch_handle
 
@@ -270,3 +271,19 @@ def test_a_promoted_spec_must_bring_its_inputs():
 def test_a_resource_with_a_url_and_no_token_is_refused():
     with pytest.raises(dg.DagsterInvalidDefinitionError, match="url and token together"):
         cd.CellscaleResource(url="http://127.0.0.1:1").pipes_client()
+
+
+def test_a_control_plane_restart_is_waited_for_not_a_failure():
+    asset = cd.cellscale_asset(partitions_def=days)(features)
+    down = httpx.ConnectError("connection refused")
+    client = FakeClient([down, down, cd.ApiError(503, "starting"), Phase.SUCCEEDED])
+    result = materialize(asset, client, partition_key="2026-11-30")
+    assert result.success and len(client.keys) == 1
+
+
+def test_a_control_plane_gone_for_good_fails_the_step_and_says_the_job_runs_on(monkeypatch):
+    monkeypatch.setattr(cd, "UNREACHABLE_S", 0.0)
+    asset = cd.cellscale_asset(partitions_def=days)(features)
+    result = materialize(asset, FakeClient([httpx.ConnectError("refused")] * 3), partition_key="2026-11-30")
+    failure = result.get_step_failure_events()[0].step_failure_data.error.message
+    assert "has not answered" in failure and "re-executing this run from failure reattaches" in failure

@@ -155,7 +155,7 @@ def _job_routes(router: APIRouter) -> None:
 
     @router.get(
         "/bundles/{sha256}",
-        responses={200: {"content": {"application/octet-stream": {}}}, **refusals(401, 403, 404)},
+        responses={200: {"content": {"application/octet-stream": {}}}, **refusals(401, 403, 404, 422)},
     )
     def download_bundle(sha256: str, who: Reader, ctx: Ctx) -> Response:
         """One of your input bundles (uploaded by you or shared with you), the bytes as uploaded:

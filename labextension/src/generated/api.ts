@@ -1184,11 +1184,6 @@ export interface components {
              */
             identity_error: number;
         };
-        /** HTTPValidationError */
-        HTTPValidationError: {
-            /** Detail */
-            detail?: components["schemas"]["ValidationError"][];
-        };
         /** IdleJob */
         IdleJob: {
             /** Job Id */
@@ -2040,19 +2035,6 @@ export interface components {
             /** Preemption Grace S */
             preemption_grace_s: number;
         };
-        /** ValidationError */
-        ValidationError: {
-            /** Location */
-            loc: (string | number)[];
-            /** Message */
-            msg: string;
-            /** Error Type */
-            type: string;
-            /** Input */
-            input?: unknown;
-            /** Context */
-            ctx?: Record<string, never>;
-        };
         /** WeightUpdate */
         WeightUpdate: {
             /** Weight */
@@ -2371,13 +2353,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Validation Error */
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
