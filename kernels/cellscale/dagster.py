@@ -221,7 +221,7 @@ class PipesCellscaleClient(dg.PipesClient):
             env = {**args.env, **session.get_bootstrap_env_vars()}
             spec = _spec(args.model_copy(update={"env": env}), STEP_SOURCE)
             blob = pack_inputs({FN_NAME: fn, KWARGS_NAME: kwargs}, [FN_NAME, KWARGS_NAME])
-            run = _StepRun(self, context, keys)
+            run = _StepRun(self, context, keys, code=_digest(_source_of(fn), kwargs, args.model_dump(mode="json")))
             job = run.start(spec, blob)
             session.report_launched({"extras": {"cellscale_job_id": job.id}})
             reader.follow(job.id)
@@ -261,7 +261,9 @@ class PipesCellscaleClient(dg.PipesClient):
         data = manifest(points)
         sweep_spec = args.sweep_of(len(points), hashlib.sha256(data).hexdigest())
         spec = _spec(args, MAP_SOURCE, sweep_spec)
-        run = _StepRun(self, context, keys)
+        run = _StepRun(
+            self, context, keys, code=_digest(_source_of(fn), spec.sweep.points_sha256, args.model_dump(mode="json"))
+        )
         started = time.monotonic()
         job = run.start(spec, pack_inputs({FN_NAME: fn}, [FN_NAME]), points_manifest=data)
         submit_s = time.monotonic() - started
@@ -294,17 +296,19 @@ class PipesCellscaleClient(dg.PipesClient):
             )
         if keys:
             spec = spec.model_copy(update={"env": {**spec.env, PARTITION_ENV: keys[0]}})
-        run = _StepRun(self, context, keys)
+        run = _StepRun(self, context, keys, code=spec.code_key())
         job = run.start(spec, None, inputs_file=inputs_file)
         job = run.wait(job)
         return dg.MaterializeResult(metadata={**run.metadata(job), **_scalars(run.outputs(job))})
 
 
 class _StepRun:
-    """One step's job: found again or submitted, waited for, described."""
+    """One step's job: found again or submitted, waited for, described. `code`: what the job
+    runs (the function's source, its arguments and options), recorded with the launch handle:
+    an earlier attempt's job that runs other code is never reattached to."""
 
-    def __init__(self, pipes: PipesCellscaleClient, context: dg.AssetExecutionContext, keys: Sequence[str]):
-        self.pipes, self.context, self.keys = pipes, context, list(keys)
+    def __init__(self, pipes: PipesCellscaleClient, context: dg.AssetExecutionContext, keys: Sequence[str], code: str):
+        self.pipes, self.context, self.keys, self.code = pipes, context, list(keys), code
         self.client = pipes.client
         self.reattached = False
 
@@ -323,7 +327,7 @@ class _StepRun:
             return found
         context = self.context
         key = idempotency_key(context.run_id, step_key(context), self.keys, context.retry_number)
-        record_external_launch(context, client_name=CLIENT_NAME, external_run_id=key)
+        record_external_launch(context, client_name=CLIENT_NAME, external_run_id=key, extras={"code": self.code})
         spec = spec.model_copy(update={"origin": origin_of(context, self.keys, self.pipes.dagster_url)})
         if blob is not None:
             spec = spec.model_copy(update={"inputs_sha256": self.client.upload_inputs(blob).sha256})
@@ -346,6 +350,14 @@ class _StepRun:
             return None
         if job.phase.terminal and job.phase is not Phase.SUCCEEDED:
             self.context.log.info(f"{LOG_PREFIX} the earlier attempt's job {job.id} {_ended(job)}: starting anew")
+            return None
+        if handle.extras.get("code") != self.code:
+            if not job.phase.terminal:
+                self.client.cancel(job.id)
+            self.context.log.info(
+                f"{LOG_PREFIX} the earlier attempt's job {job.id} runs other code (the function, its arguments or "
+                f"options changed){': cancelled it' if not job.phase.terminal else ''}; starting anew"
+            )
             return None
         record_external_reattach(self.context, handle)
         self.reattached = True
@@ -524,6 +536,18 @@ def _partition_kwargs(fn: Callable[..., Any], keys: Sequence[str]) -> dict[str, 
             )
         kwargs["partition_key"] = keys[0]
     return kwargs
+
+
+def _source_of(fn: Callable[..., Any]) -> str:
+    """What identifies a function's code across processes (a pickle of it need not)."""
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return fn.__code__.co_code.hex() if hasattr(fn, "__code__") else repr(fn)
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _ended(job: JobView) -> str:

@@ -136,6 +136,17 @@ def test_a_retried_step_reattaches_to_its_running_job_instead_of_submitting_agai
     assert event.materialization.metadata["cellscale/reattached"].value is True
 
 
+def test_an_earlier_attempts_job_running_other_code_is_cancelled_not_reattached(monkeypatch):
+    """A step retried after its function changed (a fix, a re-execution of edited code) must not
+    adopt the old code's job: that one is cancelled, the new code submitted."""
+    versions = iter(["def features(): v1", "def features(): v2"])
+    monkeypatch.setattr(cd, "_source_of", lambda fn: next(versions))
+    asset = cd.cellscale_asset(partitions_def=days, retry_policy=dg.RetryPolicy(max_retries=1))(features)
+    client = FakeClient([RuntimeError("the step's process lost its network"), Phase.SUCCEEDED])
+    result = materialize(asset, client, partition_key="2026-11-30")
+    assert result.success and len(client.keys) == 2 and client.cancelled == ["cs-000000000001"]
+
+
 def test_a_failed_job_is_not_reattached_to_the_retry_submits_anew():
     asset = cd.cellscale_asset(partitions_def=days, retry_policy=dg.RetryPolicy(max_retries=1))(features)
     client = FakeClient([Phase.FAILED, Phase.SUCCEEDED])
@@ -182,7 +193,7 @@ def test_only_a_dagster_cancel_cancels_the_job(status, cancels):
         instance=SimpleNamespace(get_run_by_id=lambda _: SimpleNamespace(status=status)),
         log=SimpleNamespace(info=logs.append, warning=logs.append),
     )
-    run = cd._StepRun(SimpleNamespace(client=client, poll_s=0), context, [])
+    run = cd._StepRun(SimpleNamespace(client=client, poll_s=0), context, [], code="c")
     run._interrupted(job)
     assert client.cancelled == ([job.id] if cancels else [])
     assert ("the run was cancelled" in logs[-1]) is cancels
