@@ -267,17 +267,20 @@ class PipesCellscaleClient(dg.PipesClient):
         started = time.monotonic()
         job = run.start(spec, pack_inputs({FN_NAME: fn}, [FN_NAME]), points_manifest=data)
         submit_s = time.monotonic() - started
-        context.log.info(
-            f"{LOG_PREFIX} {job.id}: ONE sweep of {len(points)} points over {max(len(keys), 1)} partition(s), "
-            f"submitted in {submit_s:.2f} s"
-        )
+        if not run.reattached:
+            context.log.info(
+                f"{LOG_PREFIX} {job.id}: ONE sweep of {len(points)} points over {max(len(keys), 1)} partition(s), "
+                f"submitted in {submit_s:.2f} s"
+            )
         sweep = Sweep(self.client, job, points, expand_result=True, poll_s=self.poll_s, stream=io.StringIO())
         try:
             job = run.wait(job, on_tick=_PartitionProgress(context, sweep))
             sweep.wait()
         finally:
             sweep.close()
-        metadata = {**run.metadata(job), "cellscale/points": len(points), "cellscale/submit_s": round(submit_s, 3)}
+        metadata = {**run.metadata(job), "cellscale/points": len(points)}
+        if not run.reattached:
+            metadata["cellscale/submit_s"] = round(submit_s, 3)
         frame = sweep.df
         metadata["cellscale/results"] = dg.MetadataValue.json(_preview(frame))
         return dg.MaterializeResult(metadata=metadata)
