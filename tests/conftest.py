@@ -3,11 +3,13 @@
 - `store_url`: parametrized over SQLite and, when CELLSCALE_TEST_POSTGRES_URL is set (scripts/test
   starts a real server), PostgreSQL. With CELLSCALE_REQUIRE_POSTGRES=1 a missing server fails.
 - `store`: a migrated Store on a fresh schema for each test.
+- every test leaves SIGINT's and SIGTERM's handlers as it found them (`_signal_handlers_kept`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from sqlalchemy import text
@@ -16,6 +18,18 @@ from cellscale_hub.store import Store
 from cellscale_hub.store.models import Base
 
 POSTGRES_URL = os.environ.get("CELLSCALE_TEST_POSTGRES_URL")
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_kept():
+    """Dagster's in-process execution maps SIGTERM to SIGINT's handler and leaves it so. In a test
+    run started in the background SIGINT is ignored, so SIGTERM would be ignored from then on by
+    this process and by every child it starts later (a `sleep` a test expects SIGTERM to stop)."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        if handler is not None:
+            signal.signal(signum, handler)
 
 
 def _store_params():
