@@ -52,9 +52,9 @@ from pydantic import PrivateAttr, ValidationError
 from cellscale.bundle import pack_inputs
 from cellscale.client import RETRYABLE, ApiError, Client
 from cellscale.magicargs import MagicArgs, MagicUsageError
-from cellscale.points import manifest, points_of
+from cellscale.points import points_of
 from cellscale.spec import MAX_ORIGIN_PARTITIONS, JobSpec, JobView, Origin
-from cellscale.sweep import FN_NAME, MAP_SOURCE, Sweep
+from cellscale.sweep import FN_NAME, MAP_SOURCE, Sweep, SweepPlan
 from cellscale.vocabulary import Launcher, Phase, PointStatus
 from cellscale.wire import explain
 
@@ -258,14 +258,14 @@ class PipesCellscaleClient(dg.PipesClient):
             max_parallel=max_parallel,
             per_task=per_task,
         )
-        data = manifest(points)
-        sweep_spec = args.sweep_of(len(points), hashlib.sha256(data).hexdigest())
-        spec = _spec(args, MAP_SOURCE, sweep_spec)
-        run = _StepRun(
-            self, context, keys, code=_digest(_source_of(fn), spec.sweep.points_sha256, args.model_dump(mode="json"))
-        )
+        try:
+            plan = SweepPlan(args, MAP_SOURCE, points)
+        except MagicUsageError as exc:
+            raise dg.DagsterInvalidDefinitionError(f"cellscale job options: {exc}") from None
+        code = _digest(_source_of(fn), plan.spec.sweep.points_sha256, args.model_dump(mode="json"))
+        run = _StepRun(self, context, keys, code=code)
         started = time.monotonic()
-        job = run.start(spec, pack_inputs({FN_NAME: fn}, [FN_NAME]), points_manifest=data)
+        job = run.start(plan.spec, pack_inputs({FN_NAME: fn}, [FN_NAME]), points_manifest=plan.manifest)
         submit_s = time.monotonic() - started
         if not run.reattached:
             context.log.info(
@@ -336,9 +336,8 @@ class _StepRun:
             spec = spec.model_copy(update={"inputs_sha256": self.client.upload_inputs(blob).sha256})
         elif inputs_file is not None and spec.inputs_sha256:
             spec = spec.model_copy(update={"inputs_sha256": self._reupload(Path(inputs_file), spec.inputs_sha256)})
-        if points_manifest is not None:
-            sha = self.client.upload_inputs(points_manifest).sha256
-            spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"points_sha256": sha})})
+        if points_manifest is not None:  # the spec names it by its hash already (content-addressed)
+            self.client.upload_inputs(points_manifest)
         job = self.client.submit(spec, idempotency_key=key)
         estimate = f"; {job.estimate.words}" if job.estimate else ""
         context.log.info(f"{LOG_PREFIX} submitted {job.id} to {job.backend} (queue {job.queue}){estimate}")
@@ -519,9 +518,9 @@ def _job_args(name: str, gpus: int, launcher: str | Launcher, options: Mapping[s
         raise dg.DagsterInvalidDefinitionError(f"cellscale job options: {explain(exc)}") from None
 
 
-def _spec(args: MagicArgs, source: str, sweep=None) -> JobSpec:
+def _spec(args: MagicArgs, source: str) -> JobSpec:
     try:
-        return args.to_spec(source, "0" * 64 if args.inputs else None, sweep)  # the hash: once uploaded
+        return args.to_spec(source, "0" * 64 if args.inputs else None)  # the hash: once uploaded
     except MagicUsageError as exc:
         raise dg.DagsterInvalidDefinitionError(f"cellscale job options: {exc}") from None
 
