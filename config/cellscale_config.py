@@ -29,6 +29,11 @@ if os.environ.get("CELLSCALE_SLURM_CONF"):
     c.SlurmDriver.slurm_conf = os.environ["CELLSCALE_SLURM_CONF"]
     c.SlurmDriver.master_addr = os.environ.get("CELLSCALE_SLURM_MASTER_ADDR", "127.0.0.1")
     c.ControlPlane.jobs_root = os.environ.get("CELLSCALE_JOBS_ROOT", str(state / "jobs"))
+    # `--data`: each node's dataset cache (the dev cluster's emulated nodes share a disk: one
+    # directory each); a waiting job's datasets are staged by a small job in the cpu partition
+    dev_cache = Path(os.environ["CELLSCALE_SLURM_CONF"]).parent.parent / "data-cache" / "{node}"
+    c.SlurmDriver.data_cache_root = os.environ.get("CELLSCALE_DATA_CACHE", str(dev_cache))
+    c.SlurmDriver.stage_partition = os.environ.get("CELLSCALE_STAGE_PARTITION", "cpu")
 
 # Sites (`cellscale dev slurm up --sites`): a second datacenter, cluster dcb (its own
 # slurmctld, its own SLURM_CONF), and dca's burst partition of cloud nodes, billed by the

@@ -29,6 +29,7 @@ from cellscale_hub.scheduling.admission import Admission, Preemption, Reasons, s
 from cellscale_hub.scheduling.capacity import allocate
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.sitehealth import SiteBoard
+from cellscale_hub.staging import StageAhead
 from cellscale_hub.store import Store, totals, usage
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Attempt, Job, utcnow
@@ -110,6 +111,7 @@ class Controller:
         self._capacity_metered_at = 0.0
         self.metrics = metrics or Metrics()
         self.sweeps = SweepRunner(store)  # runs a sweep's points inside its one admission
+        self.stage_ahead = StageAhead(store, drivers, jobs_root, self.waiting)  # datasets onto the next jobs' nodes
         self._thread: threading.Thread | None = None
         for driver in drivers.values():
             driver.notify = self.wake  # e.g. a local supervisor exited: reconcile its end now
@@ -160,6 +162,7 @@ class Controller:
             launches = []
         for job, attempt in launches:
             self._isolated("launch", job.backend, partial(self.launch, self.drivers[job.backend], job, attempt))
+        self._isolated("staging ahead", "-", self.stage_ahead.cycle)
 
     @staticmethod
     def _isolated(what: str, backend: str, call: Callable[[], object]) -> None:

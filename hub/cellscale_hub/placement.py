@@ -79,6 +79,7 @@ def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec:
         priority = tenancy.priority_of(spec.priority)
     except ValueError as exc:
         raise UnknownName(str(exc)) from exc
+    spec = _resolved(tenancy, spec)
     data = _data(tenancy, spec)
     backends = _backends(tenancy, drivers, who.tenant, queue, cluster_queue, spec)
     shaped, refusals = _shaped(drivers, backends, spec)
@@ -122,14 +123,38 @@ def _shaped(drivers: Mapping[str, Driver], backends: list[str], spec: JobSpec) -
     return shaped, refusals
 
 
-def _data(tenancy: Tenancy, spec: JobSpec) -> tuple[tuple[str, float], ...]:
-    unknown = [name for name in spec.datasets if name not in tenancy.datasets]
+def _resolved(tenancy: Tenancy, spec: JobSpec) -> JobSpec:
+    """The spec with each registered dataset's URL, version and options filled in from the
+    tenancy (a version the job names wins): the job records exactly what it read."""
+    unknown = [d.name for d in spec.datasets if d.url is None and d.name not in tenancy.datasets]
     if unknown:
         raise UnknownName(
             f"unknown dataset {', '.join(map(repr, unknown))}; registered datasets: "
-            f"{', '.join(sorted(tenancy.datasets)) or 'none (an admin registers them in the tenancy)'}"
+            f"{', '.join(sorted(tenancy.datasets)) or 'none (an admin registers them in the tenancy)'}; "
+            f"or give its URL: --data {unknown[0]}=s3://BUCKET/PATH@VERSION"
         )
-    return tuple((tenancy.datasets[n].site, tenancy.datasets[n].size_gb) for n in spec.datasets)
+    resolved = []
+    for ref in spec.datasets:
+        registered = tenancy.datasets.get(ref.name)
+        if ref.url is None and registered is not None:
+            ref = ref.model_copy(
+                update={
+                    "url": registered.url,
+                    "version": ref.version or registered.version,
+                    "storage_options": registered.storage_options,
+                }
+            )
+        resolved.append(ref)
+    return spec.model_copy(update={"datasets": resolved})
+
+
+def _data(tenancy: Tenancy, spec: JobSpec) -> tuple[tuple[str, float], ...]:
+    """(home site, GB) of each registered dataset it reads (one given only by URL has no home)."""
+    return tuple(
+        (tenancy.datasets[d.name].site, tenancy.datasets[d.name].size_gb)
+        for d in spec.datasets
+        if d.name in tenancy.datasets and d.url == tenancy.datasets[d.name].url
+    )
 
 
 def _backends(

@@ -32,7 +32,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cellscale.spec import parse_memory_mb
+from cellscale.spec import DataUrl, DataVersion, parse_memory_mb
 from cellscale.vocabulary import Resource
 
 DEFAULT_QUEUE = "default"
@@ -64,10 +64,18 @@ class Site(Strict):
 
 
 class Dataset(Strict):
-    """A named dataset with a home site (where reading it costs nothing extra)."""
+    """A named dataset with a home site (where reading it costs nothing extra), and where it is:
+    `--data NAME` stages this URL at this version onto the job's nodes."""
 
     site: str
     size_gb: float = Field(0.0, ge=0)
+    url: DataUrl | None = Field(None, description="fsspec URL of its directory or file (s3://bucket/prefix).")
+    version: DataVersion | None = Field(None, description="The version jobs read unless they name another.")
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="fsspec options that are not secrets (endpoint_url); credentials come "
+        "from the nodes' environment or the job's --env.",
+    )
 
 
 class Budget(Strict):

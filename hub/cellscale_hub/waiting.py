@@ -20,9 +20,19 @@ class WaitingBoard:
 
     def __init__(self) -> None:
         self._reasons: Reasons = Reasons()
+        self._staging: dict[str, str] = {}
 
     def publish(self, reasons: Reasons) -> None:
         self._reasons = reasons
+
+    def publish_staging(self, words: dict[str, str]) -> None:
+        """Each staging job's progress in words (`cellscale_hub.staging`)."""
+        self._staging = words
+
+    def heads(self, depth: int = 2) -> list[str]:
+        """The waiting jobs admission takes next: the first `depth` of each queue, as of the
+        last cycle (whose reasons it built then, not on demand)."""
+        return [job_id for job_id, reason in self._reasons.explicit.items() if reason.position <= depth]
 
     def codes(self) -> dict[str, str]:
         """Each waiting job's reason code, as of the last cycle."""
@@ -30,7 +40,9 @@ class WaitingBoard:
 
     def view(self, job_id: str) -> PendingView | None:
         reasons = self._reasons
-        return pending_view(reasons[job_id]) if job_id in reasons else None
+        if job_id not in reasons:
+            return None
+        return pending_view(reasons[job_id]).model_copy(update={"staging": self._staging.get(job_id)})
 
 
 def pending_view(reason: PendingReason) -> PendingView:

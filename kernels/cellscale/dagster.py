@@ -445,7 +445,7 @@ class _StepRun:
         if job.flavor:
             data["cellscale/flavor"] = job.flavor
         if job.spec.datasets:
-            data["cellscale/datasets"] = ", ".join(job.spec.datasets)
+            data["cellscale/datasets"] = ", ".join(d.words() for d in job.spec.datasets)
         if job.cost is not None:
             data["cellscale/gpu_hours"] = round(job.cost.gpu_hours, 4)
             data["cellscale/usd"] = round(job.cost.usd, 4)

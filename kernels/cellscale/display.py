@@ -42,6 +42,8 @@ def status_line(job: JobView) -> str:
         parts.append(job.reason or "")
     if job.pending and job.pending.estimated_start:
         parts.append(f"estimated start {_clock(job.pending.estimated_start)}")
+    if job.pending and job.pending.staging:
+        parts.append(job.pending.staging)
     if job.preempting:
         parts.append("being preempted: checkpoint now")
     return " · ".join(p for p in parts if p)
@@ -89,6 +91,11 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
         lines.extend(f"    ahead: {a.job_id} ({a.cluster_queue}, {a.gpus} GPUs, {a.why})" for a in p.ahead[:5])
         if p.estimated_start:
             lines.append(f"  estimated start: {_clock(p.estimated_start)} (if the jobs ahead run to their time limits)")
+        if p.staging:
+            lines.append(f"  data: {p.staging}")
+    if job.spec.datasets:
+        mode = " (read from the source: --data-mode stream)" if job.spec.data_mode == "stream" else ""
+        lines.append(f"  datasets: {', '.join(d.words() for d in job.spec.datasets)}{mode}")
     for a in job.attempts:
         end = f": {a.end_reason}" if a.end_reason else ""
         fault = f" [{a.fault.words}]" if a.fault else ""

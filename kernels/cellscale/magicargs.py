@@ -13,6 +13,7 @@ import argparse
 import difflib
 import keyword
 import shlex
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -38,6 +39,7 @@ class MagicArgs(BaseModel):
     site: str | None = None
     burst: str | None = None
     data: list[str] = Field(default_factory=list)
+    data_mode: Literal["stage", "stream"] = "stage"
     queue: str | None = None
     priority: str | None = None
     retries: int = 3
@@ -116,6 +118,7 @@ class MagicArgs(BaseModel):
                 site=self.site,
                 burst=self.burst,
                 datasets=self.data,
+                data_mode=self.data_mode,
                 priority=self.priority,
                 retries=Retries(
                     infrastructure=self.retries, timeout=self.retries_timeout, user_error=self.retries_user
@@ -149,7 +152,13 @@ def _parser() -> _Parser:
     p.add_argument("--backend")
     p.add_argument("--site", help="auto (default: placement weighs every site) or a site's name")
     p.add_argument("--burst", choices=["never", "allow"], help="may it go to a cloud site (default: the desk's)")
-    p.add_argument("--data", default="", help="datasets it reads (registered names, comma-separated)")
+    p.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        help="datasets it reads: a registered NAME or NAME=URL@VERSION (comma-separated or repeated)",
+    )
+    p.add_argument("--data-mode", choices=["stage", "stream"], help="stage (default): copy to the nodes first")
     p.add_argument("--queue")
     p.add_argument("--priority", help="priority class: low, normal (default), high")
     p.add_argument("--retries", type=int, help="retries after infrastructure faults (default 3)")
@@ -218,7 +227,9 @@ def parse_args(argv: list[str], sweep: bool = False, sweep_hint: str = MAP_HINT)
             raise MagicUsageError(f"--env {item!r} is not KEY=VALUE")
         env[key] = value
     values = {k: v for k, v in vars(ns).items() if v is not None}
-    values.update(env=env, inputs=_names(ns.inputs), outputs=_names(ns.outputs), data=_names(ns.data), sweep=sweep)
+    values.update(
+        env=env, inputs=_names(ns.inputs), outputs=_names(ns.outputs), data=_names(",".join(ns.data)), sweep=sweep
+    )
     try:
         return MagicArgs.model_validate(values)
     except ValidationError as exc:

@@ -224,6 +224,48 @@ class Origin(Strict):
     url: OriginText | None = Field(None, description="A link to the run in the engine's UI, when it has one.")
 
 
+DataUrl = Annotated[str, StringConstraints(max_length=1024, pattern=r"^([a-z][a-z0-9+.-]*://|/)[^\s\x00-\x1f\x7f]*$")]
+"""An fsspec URL (`s3://bucket/prefix`, `gs://...`, `file:///path`) or an absolute path: one line."""
+DataVersion = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")]
+"""An etag, manifest hash or snapshot id (`v42`, `sha256:ab12...`, `2026-12-01`)."""
+
+
+class DatasetRef(Strict):
+    """A dataset a job reads: a name registered in the tenancy (which gives its URL, version and
+    home site), or a name with its own URL (`bars=s3://md/bars/2024@v42`). The control plane
+    stores it resolved, so a job records the exact version it read."""
+
+    name: Name
+    url: DataUrl | None = Field(None, description="fsspec URL of its directory or file; absent: the tenancy's.")
+    version: DataVersion | None = Field(
+        None,
+        description="Its version (etag, manifest hash or snapshot id): a node's cached copy of it is used without "
+        "asking the source again. Absent: what is there when it is staged (listed each time).",
+    )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="fsspec options that are not secrets (an endpoint_url); the tenancy's for a registered name.",
+    )
+
+    @classmethod
+    def parse(cls, text: str) -> DatasetRef:
+        """`name`, or `name=URL` with an optional `@version` after the URL's last slash."""
+        name, _, location = text.partition("=")
+        if not location:
+            return cls(name=name)
+        url, at, version = location.rpartition("@")
+        if not at or "/" in version:
+            return cls(name=name, url=location)
+        return cls(name=name, url=url, version=version)
+
+    def words(self) -> str:
+        """How the magic spells it."""
+        if self.url is None:
+            return self.name
+        return f"{self.name}={self.url}" + (f"@{self.version}" if self.version else "")
+
+
 class JobSpec(Strict):
     """What a user asks for. Validated completely before anything is stored."""
 
@@ -240,11 +282,16 @@ class JobSpec(Strict):
     burst: Literal["never", "allow"] | None = Field(
         None, description="Whether it may go to a cloud site; absent: the desk's default."
     )
-    datasets: list[Name] = Field(
+    datasets: list[DatasetRef] = Field(
         default_factory=list,
         max_length=MAX_NAMES,
-        description="Datasets it reads (names registered in the tenancy, each with a home site): placement keeps "
-        "it near them or counts moving them.",
+        description="Datasets it reads: staged into its nodes' caches while it waits (or read from the source with "
+        "data_mode stream); placement keeps it near their home sites or counts moving them.",
+    )
+    data_mode: Literal["stage", "stream"] = Field(
+        "stage",
+        description="stage: copy each dataset to its nodes' cache before the ranks start (while it waits when "
+        "the nodes are known); stream: the ranks read the source directly.",
     )
     priority: Name | None = Field(None, description="Priority class (e.g. low, normal, high); normal when absent.")
     retries: Retries = Field(default_factory=Retries)
@@ -295,7 +342,7 @@ class JobSpec(Strict):
             "outputs": self.outputs,
             "launcher": self.launcher.value,
             "env": self.env,
-            "datasets": self.datasets,
+            "datasets": [d.words() for d in self.datasets],
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
@@ -318,6 +365,23 @@ class JobSpec(Strict):
             raise ValueError("the cell is empty: put the code to run below the %%cluster line")
         if len(value.encode()) > MAX_SOURCE_BYTES:
             raise ValueError(f"the cell is larger than {MAX_SOURCE_BYTES} bytes")
+        return value
+
+    @field_validator("datasets", mode="before")
+    @classmethod
+    def _dataset_words(cls, value: object) -> object:
+        """Each one as the magic spells it (`bars`, `bars=s3://md/bars@v42`) or as an object."""
+        if not isinstance(value, list):
+            return value
+        return [DatasetRef.parse(item) if isinstance(item, str) else item for item in value]
+
+    @field_validator("datasets")
+    @classmethod
+    def _datasets_once(cls, value: list[DatasetRef]) -> list[DatasetRef]:
+        names = [d.name for d in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"dataset {', '.join(map(repr, twice))} is named twice")
         return value
 
     @field_validator("input_names", "outputs")
@@ -542,6 +606,10 @@ class PendingView(BaseModel):
     estimated_start: datetime | None = Field(None, description="If every holder runs to its time limit; null: unknown.")
     resource: Resource = Field(Resource.gpu, description="What it waits for: GPUs, CPU cores or memory (MiB).")
     sites: list[SiteOfferView] = Field(default_factory=list, description="Every site it may use, when it has a choice.")
+    staging: str | None = Field(
+        None,
+        description="Its datasets being copied to the nodes it will start on, in words (staging bars: 3.1 of 8 GB).",
+    )
 
 
 class JobView(BaseModel):

@@ -164,6 +164,7 @@ class EventKind(StrEnum):
     PREEMPTION = "preemption"  # the job was warned that it will be preempted
     CHECKPOINT = "checkpoint"  # an attempt resumed from a checkpoint
     CANCEL = "cancel"  # someone asked to cancel the job
+    DATA = "data"  # its datasets were staged onto the nodes it will start on
 
 
 class EventReason(StrEnum):
@@ -187,6 +188,9 @@ class EventReason(StrEnum):
     Requeued = "Requeued"  # back in its queue, keeping its place
     Resumed = "Resumed"  # the attempt loaded the newest verified checkpoint
     ResumedWithFallback = "ResumedWithFallback"  # newer checkpoints failed verification; an older one was loaded
+    Staging = "Staging"  # its datasets are being copied to the nodes it is expected to start on
+    Staged = "Staged"  # they are in those nodes' caches
+    StagingFailed = "StagingFailed"  # a node could not stage one (its nodes try again when it starts)
 
     @classmethod
     def of_attempt_end(cls, state: AttemptState) -> EventReason:

@@ -12,6 +12,7 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
+from cellscale.runtime.records import StagePlan
 from cellscale.spec import BackendView, JobSpec, Launcher, Sweep
 from cellscale.vocabulary import AttemptState, Fault
 from cellscale_hub.drivers.base import ArrayPlan, ArrayRef, AttemptRef, BackendUnreachable, SpecRejected
@@ -27,6 +28,7 @@ from cellscale_hub.drivers.slurm import (
     json_answer,
     master_port,
     parse_estimate,
+    parse_estimate_nodes,
     sbatch_quote,
 )
 from cellscale_hub.scheduling.resources import Amounts
@@ -660,3 +662,74 @@ def test_a_node_fail_on_stocked_out_cloud_nodes_is_a_capacity_fault(tmp_path):
     assert seen.fault is Fault.CAPACITY and seen.state is AttemptState.FAILED
     assert seen.reason.startswith("the cloud had no capacity for c1, c2 (stockout)")
     assert seen.nodes == ("c1", "c2") and seen.failed_nodes == ()
+
+
+def test_start_estimate_names_its_nodes():
+    line = "sbatch: Job 5 to start at 2026-12-06T20:09:10 using 2 processors on nodes node[1-2] in partition gpu"
+    assert parse_estimate_nodes(line) == ["node1", "node2"]
+    assert parse_estimate_nodes("allocation failure: Requested node configuration is not available") == []
+
+
+DATA = ["bars=s3://md/bars/2024@v42"]
+
+
+def test_staging_job_matches_golden():
+    """One task per node the job will start on, beside what runs there, as the job's desk."""
+    driver = SlurmDriver(name="slurm", python="/opt/venv/bin/python", partition="gpu", stage_partition="cpu")
+    script = driver.render_staging(ref(JobSpec(source="x", datasets=DATA, resources={"nodes": 2})), ["node3", "node4"])
+    path = GOLDEN / "slurm-stage-2-nodes.sh"
+    if os.environ.get("CELLSCALE_UPDATE_GOLDEN"):
+        path.write_text(script)
+    assert script == path.read_text()
+
+
+def test_staging_refuses_a_node_name_that_is_not_plain():
+    driver = SlurmDriver(name="slurm", python="/opt/venv/bin/python")
+    with pytest.raises(ValueError, match="not a plain name"):
+        driver.render_staging(ref(JobSpec(source="x", datasets=DATA)), ["node1\n#SBATCH --account=desk-b"])
+
+
+class Answering(FixedSlurm):
+    """`sbatch --test-only` answered from a table: (nodelist asked) -> (seconds from now, nodes)."""
+
+    answers: dict = {}
+
+    def _test_only(self, spec, account, excluded=(), nodelist=()):
+        found = self.answers.get(tuple(nodelist))
+        if found is None:
+            return None
+        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + found[0]))
+        return f"sbatch: Job 9 to start at {at} using 2 processors on nodes {found[1]} in partition gpu"
+
+
+@pytest.mark.parametrize(
+    ("answers", "targets"),
+    [
+        ({(): (0, "node[3-4]")}, ["node3", "node4"]),
+        ({(): (7200, "node[1-2]")}, None),  # beyond the horizon: its nodes may change before it starts
+        ({}, None),  # Slurm cannot say
+    ],
+)
+def test_stage_targets_are_where_slurm_would_start_it(answers, targets):
+    driver = Answering(name="slurm", stage_horizon_s=3600)
+    driver.answers = answers
+    assert driver.stage_targets(ref(JobSpec(source="x", datasets=DATA, resources={"nodes": 2}))) == targets
+
+
+@pytest.mark.parametrize(
+    ("answers", "pinned"),
+    [
+        ({("node3", "node4"): (0, "node[3-4]")}, ("node3", "node4")),  # its staged nodes are free: run there
+        ({("node3", "node4"): (3600, "node[3-4]")}, ()),  # busy for an hour: never wait for the data's nodes
+    ],
+)
+def test_a_job_runs_where_its_data_was_staged_when_those_nodes_are_free(tmp_path, answers, pinned):
+    driver = Answering(name="slurm")
+    driver.answers = answers
+    attempt = dataclasses.replace(
+        ref(JobSpec(source="x", datasets=DATA, resources={"nodes": 2})), job_dir=tmp_path / "job"
+    )
+    attempt.dir.write_stage_plan(
+        StagePlan(datasets=attempt.spec.datasets, cache=driver.data_cache(), nodes=["node3", "node4"], at=0)
+    )
+    assert driver._on_staged_nodes(attempt).nodelist == pinned

@@ -26,7 +26,9 @@
 
 Every file lives in the state dir: configs rendered from the templates shipped in the package
 (cellscale_hub/dev/slurm_templates/*.in, so it works from an installed wheel), logs, pid
-files, spool, database, munge key and socket, and `jobs/` (mode 1777) for job output.
+files, spool, database, munge key and socket, `jobs/` (mode 1777) for job output, and
+`data-cache/` (mode 1777): each emulated node's dataset cache is `data-cache/<node>` (nodes on
+one host share its disk and page cache: only their directories are apart).
 Clients need only `SLURM_CONF=<state dir>/etc/slurm.conf`. `up` is idempotent: on a running
 cluster it checks and returns. `down` cancels the cluster's jobs, stops the daemons it
 started (by pid file, nothing else) and keeps the state dir, so the next `up` is quick.
@@ -183,6 +185,10 @@ class Layout:
     @property
     def jobs(self) -> Path:
         return self.root / "jobs"
+
+    @property
+    def data_cache(self) -> Path:
+        return self.root / "data-cache"
 
     @property
     def munge(self) -> Path:
@@ -422,6 +428,8 @@ def make_dirs(layout: Layout) -> None:
         (layout.spool / f"slurmd-{node}").mkdir(mode=0o755, exist_ok=True)
     layout.jobs.mkdir(exist_ok=True)
     os.chmod(layout.jobs, 0o1777)  # every researcher's job writes its output here
+    layout.data_cache.mkdir(exist_ok=True)
+    os.chmod(layout.data_cache, 0o1777)  # each node's dataset cache, <data-cache>/<node>, shared by its jobs
 
 
 def make_gpu_devices(layout: Layout) -> None:

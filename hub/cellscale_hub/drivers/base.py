@@ -7,6 +7,7 @@ import dataclasses
 import os
 import pwd
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,7 +17,16 @@ from traitlets import Float, Unicode
 from traitlets.config import LoggingConfigurable
 
 from cellscale.runtime.jobdir import JobDir, write_atomic
-from cellscale.runtime.records import ArrayPlan, Checkpoint, LaunchPlan, NodeUsage, ResumeReport
+from cellscale.runtime.records import (
+    ArrayPlan,
+    Checkpoint,
+    DataCacheSettings,
+    LaunchPlan,
+    NodeUsage,
+    ResumeReport,
+    StagePlan,
+    StageProgress,
+)
 from cellscale.runtime.sweepdir import SweepDir
 from cellscale.spec import BackendView, CheckpointView, JobSpec
 from cellscale.vocabulary import AttemptState, Fault
@@ -90,6 +100,7 @@ class AttemptRef:
     tenant: str = ""
     resubmit: bool = False  # submitted again after a restart: the backend may already have it
     excluded_nodes: tuple[str, ...] = ()  # nodes that failed this job before: its next attempts avoid them
+    nodelist: tuple[str, ...] = ()  # the nodes it must run on (where its datasets were staged), when set
     result_key: str | None = field(default=None, repr=False)  # the job signs its outputs with it
 
     @property
@@ -202,6 +213,10 @@ class Driver(LoggingConfigurable):
     - `cloud_instances()` and `node_runs(refs)`: a backend on rented nodes reports its cloud
       bill per instance and which attempt held which node when; the controller attributes the
       bill to attempts (`cloudbill`). Nothing by default.
+    - Staging ahead (`stages_ahead = True`): `stage_targets(ref)` -> the nodes a waiting job
+      would start on (Slurm: `sbatch --test-only`); `start_staging(ref, nodes)` starts
+      `cellscale.runtime.stage` on each of them (after `stage_plan`), so its datasets are in
+      the nodes' caches before it starts. Without it, each node stages when the job starts.
     - `fence(ref)`: before an attempt that never started moves to another backend, make sure
       it never starts here (the job directory's gate by default).
     - Sweeps (`JobSpec.sweep`; `runs_sweeps = True`): the control plane (`cellscale_hub.sweeps`)
@@ -235,7 +250,22 @@ class Driver(LoggingConfigurable):
         lines at this check. Costs one open of the log per followed job per interval.""",
     ).tag(config=True)
 
+    data_cache_root = Unicode(
+        "/tmp/cellscale-data/{node}",
+        help="""Each node's dataset cache (`--data`): a directory on node-local disk, `{node}` replaced by
+        the node's name (nodes sharing one host, as emulated ones do, need it). Every job of every user on
+        the node shares it: each dataset is fetched once per node. Put a desk's name in it to keep desks'
+        copies apart (a job could delete entries others use, though never change their bytes unseen).""",
+    ).tag(config=True)
+    data_cache_max_gb = Float(
+        None, allow_none=True, help="Most GB each node's dataset cache keeps (least recently used out first)."
+    ).tag(config=True)
+    data_cache_min_free = Float(
+        0.1, min=0.0, max=0.9, help="Fraction of the cache's filesystem it always leaves free."
+    ).tag(config=True)
+
     assigns_gpu_ids = False  # True: the control plane picks GPU ids (the backend does not)
+    stages_ahead = False  # True: it implements stage_targets and start_staging
     runs_sweeps = False  # True: it implements the sweep methods (submit_array and the rest)
 
     notify: Callable[[], None] = staticmethod(lambda: None)  # the controller's wake(), once it is set
@@ -319,7 +349,41 @@ class Driver(LoggingConfigurable):
             input_names=spec.input_names,
             env=spec.env,
             timeout_s=res.timeout_min * 60.0,
+            datasets=spec.datasets,
+            data_mode=spec.data_mode,
+            data_cache=self.data_cache(),
         )
+
+    def data_cache(self) -> DataCacheSettings:
+        max_gb = self.data_cache_max_gb
+        return DataCacheSettings(
+            root=self.data_cache_root,
+            max_bytes=None if max_gb is None else int(max_gb * 1e9),
+            min_free_ratio=self.data_cache_min_free,
+        )
+
+    # -- staging a waiting job's datasets ahead (stages_ahead) -------------------------------------
+    def stage_targets(self, ref: AttemptRef) -> list[str] | None:
+        """The nodes the waiting job (its next attempt `ref`) would start on, as the backend's
+        scheduler plans it now; None: it cannot say (then its nodes stage at start)."""
+        return None
+
+    def start_staging(self, ref: AttemptRef, nodes: list[str]) -> None:
+        """Start copying the job's datasets into these nodes' caches (`cellscale.runtime.stage`),
+        without waiting; progress is read back with `staging_progress`."""
+        raise NotImplementedError(f"backend {self.name!r} does not stage ahead")
+
+    def stage_plan(self, ref: AttemptRef, nodes: list[str]) -> None:
+        """Write the staging plan the nodes' stagers read (`start_staging` hands it to the owner)."""
+        ref.dir.write_stage_plan(
+            StagePlan(
+                datasets=ref.spec.datasets, cache=self.data_cache(), nodes=nodes, env=ref.spec.env, at=time.time()
+            )
+        )
+
+    def staging_progress(self, ref: AttemptRef, nodes: list[str]) -> dict[str, StageProgress]:
+        """Each node's staging progress so far (nodes that have not begun are absent)."""
+        return ref.dir.read_stage_progress(nodes)
 
     def apply_tenancy(self, tenancy: Tenancy) -> None:
         """Mirror quotas and fair share into the backend's own scheduler; nothing to do for a

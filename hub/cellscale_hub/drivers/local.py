@@ -18,6 +18,7 @@ import time
 
 from traitlets import Float, Integer, List, Unicode, default
 
+from cellscale.runtime import stage
 from cellscale.runtime.supervisor import launcher_argv
 from cellscale.runtime.sweepdir import SweepDir
 from cellscale.spec import BackendView
@@ -43,6 +44,7 @@ POOL = ("-m", "cellscale.runtime.sweep", "pool")
 
 class LocalDriver(Driver):
     kind = "local"
+    stages_ahead = True
 
     gpus = Integer(
         4,
@@ -183,6 +185,23 @@ class LocalDriver(Driver):
         self._children[ref.key] = child
         threading.Thread(target=self._reap, args=(child,), name=f"reap-{ref.job_id}", daemon=True).start()
         return f"pid:{child.pid}"
+
+    # -- staging ahead: this machine is the one node ---------------------------------------------------
+    def stage_targets(self, ref: AttemptRef) -> list[str] | None:
+        return [stage.node_name()]
+
+    def start_staging(self, ref: AttemptRef, nodes: list[str]) -> None:
+        """The stager, detached, as the job's owner (it reads the source with their rights)."""
+        prefix = as_user(self.submit_as, ref.owner) if self.submit_as else []
+        if self.submit_as:
+            hand_to_owner(ref.owner, ref.job_dir)
+        child = proc.spawn_detached(
+            [*prefix, sys.executable, "-m", "cellscale.runtime.stage", str(ref.job_dir)],
+            cwd=ref.job_dir,
+            log=ref.dir.staging / "stage.log",
+            env=proc.job_environment(),
+        )
+        threading.Thread(target=child.wait, name=f"reap-stage-{ref.job_id}", daemon=True).start()
 
     def _reap(self, child: subprocess.Popen[bytes]) -> None:
         """Wait for a supervisor this driver started, then wake the controller: the supervisor

@@ -127,6 +127,8 @@ CAPACITY_REASONS = ("stockout", "boot-failed")
 DEFAULT_MAX_ARRAY_SIZE = 1001  # slurm.conf's default MaxArraySize
 NOTICE_REASON = "spot-reclaim"
 ESTIMATE = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+ESTIMATE_NODES = re.compile(r" on nodes (\S+) in partition")
+PIN_WITHIN_S = 60  # a job is pinned to its staged nodes only when they can start it about now
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
 ACTIVE = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 ENDED = {
@@ -151,6 +153,10 @@ class PartitionLimits:
 
     def cores_of(self, node_cpus: int) -> int:
         return node_cpus if self.max_cpus_per_node is None else min(node_cpus, self.max_cpus_per_node)
+
+
+def stage_job_name(ref: AttemptRef) -> str:
+    return f"cellscale-stage-{ref.job_id}"
 
 
 def job_name(ref: AttemptRef) -> str:
@@ -190,6 +196,7 @@ def _state(entry: dict) -> str:
 class SlurmDriver(Driver):
     kind = "slurm"
     runs_sweeps = True
+    stages_ahead = True
 
     partition = Unicode("gpu", help="Partition the jobs go to.").tag(config=True)
     shares_accounts_with = List(
@@ -241,6 +248,19 @@ class SlurmDriver(Driver):
         (`apply_tenancy`) is scoped to it, so a backend of one site never touches another's.""",
     ).tag(config=True)
     command_timeout = Integer(30, help="Seconds a Slurm command may take.").tag(config=True)
+    stage_partition = Unicode(
+        "",
+        help="""Partition of the small jobs that stage a waiting job's datasets (`--data`) onto the nodes
+        `sbatch --test-only` says it will start on: one core and `stage_mem_mb` per node, beside whatever
+        runs there, so it needs spare cores on those nodes (a partition over the same nodes that may hold a
+        few of their cores, like the dev cluster's `cpu`). Empty: the backend's own partition.""",
+    ).tag(config=True)
+    stage_mem_mb = Integer(1024, min=64, help="Memory of each node's staging task, in MiB.").tag(config=True)
+    stage_horizon_s = Float(
+        3600.0,
+        help="""Stage a waiting job's datasets only when Slurm expects it to start within this many seconds
+        (its nodes may change before a later start).""",
+    ).tag(config=True)
     extra_directives = List(
         Unicode(),
         help="""More sbatch options for every job, one option per entry, each written as an
@@ -513,12 +533,28 @@ class SlurmDriver(Driver):
         return estimate
 
     def _estimate(self, spec: JobSpec, account: str) -> float | None:
+        answer = self._test_only(spec, account)
+        at = parse_estimate(answer) if answer else None
+        if at is None:
+            return None
+        res = spec.resources
+        if at - time.time() >= self._max_time_s() / 2 - 60 and self._idle_nodes() >= res.nodes:
+            self.log.info("Slurm's start estimate %s for a %d-node gang ignored: nodes are idle", at, res.nodes)
+            return None
+        return at
+
+    def _test_only(
+        self, spec: JobSpec, account: str, excluded: tuple[str, ...] = (), nodelist: tuple[str, ...] = ()
+    ) -> str | None:
+        """What `sbatch --test-only` says of the job (run as a member of the account, so its
+        associations apply); None when it refuses."""
         if not SAFE_NAME.match(account):
             return None
         user = self._account_user(account)
         if user is None:
             return None
         res = spec.resources
+        avoid = sorted(node for node in excluded if SAFE_NODE.match(node))
         argv = [
             *self._as_user(user),
             "sbatch",
@@ -531,6 +567,9 @@ class SlurmDriver(Driver):
             *([f"--mem={res.memory_mb_per_node}M"] if res.memory_mb_per_node else []),
             *([f"--gres=gpu:{res.gpus_per_node}"] if res.gpus_per_node else []),
             f"--time={res.timeout_min}",
+            *([f"--switches={res.switches}"] if res.switches else []),
+            *([f"--exclude={','.join(avoid)}"] if avoid else []),
+            *([f"--nodelist={','.join(nodelist)}"] if nodelist else []),
             "--output=/dev/null",
             "--chdir=/",
             "--wrap=true",
@@ -543,15 +582,64 @@ class SlurmDriver(Driver):
             error = command_error(argv, result.returncode, result.stderr)
             if isinstance(error, BackendUnreachable):
                 raise error
-            self.log.debug("no start estimate: %s", error)
+            self.log.debug("sbatch --test-only refused: %s", error)
             return None
-        at = parse_estimate(result.stderr + result.stdout)
-        if at is None:
+        return result.stderr + result.stdout
+
+    # -- staging a waiting job's datasets onto the nodes it will start on ----------------------------
+    def stage_targets(self, ref: AttemptRef) -> list[str] | None:
+        """The nodes `sbatch --test-only` says the job would start on now, if it says so
+        within `stage_horizon_s` (the nodes it would avoid left out, as its submit does)."""
+        avoiding = self._avoiding(ref)
+        answer = self._test_only(self.shape(ref.spec), ref.tenant, avoiding.excluded_nodes)
+        at = parse_estimate(answer) if answer else None
+        if at is None or at - time.time() > self.stage_horizon_s:
             return None
-        if at - time.time() >= self._max_time_s() / 2 - 60 and self._idle_nodes() >= res.nodes:
-            self.log.info("Slurm's start estimate %s for a %d-node gang ignored: nodes are idle", at, res.nodes)
-            return None
-        return at
+        nodes = parse_estimate_nodes(answer)
+        return nodes if nodes and all(SAFE_NODE.match(n) for n in nodes) else None
+
+    def start_staging(self, ref: AttemptRef, nodes: list[str]) -> None:
+        """One small job over those nodes, a task each: `cellscale.runtime.stage` as the job's owner.
+        A staging job of the same job still queued or running is cancelled first (its nodes changed)."""
+        name = stage_job_name(ref)
+        self._run(["scancel", f"--name={name}"])
+        script = ref.dir.staging / "stage.sbatch"
+        script.write_text(self.render_staging(ref, nodes))
+        hand_to_owner(ref.owner, ref.job_dir)
+        self._run([*self._as_user(ref.owner), "sbatch", "--parsable", str(script)])
+
+    def render_staging(self, ref: AttemptRef, nodes: list[str]) -> str:
+        """The staging job's batch script (a pure function of its arguments and the traits)."""
+        _check_names(ref)
+        bad = [node for node in nodes if not SAFE_NODE.match(node)]
+        if bad:
+            raise ValueError(f"node name {bad[0]!r} is not a plain name")
+        directives = [
+            f"--job-name={stage_job_name(ref)}",
+            f"--account={ref.tenant}",
+            f"--partition={self.stage_partition or self.partition}",
+            f"--nodelist={','.join(nodes)}",
+            f"--nodes={len(nodes)}",
+            "--ntasks-per-node=1",
+            "--cpus-per-task=1",
+            f"--mem={self.stage_mem_mb}M",
+            f"--time={max(5, int(self.stage_horizon_s // 60))}",
+            f"--chdir={ref.job_dir}",
+            f"--output={ref.dir.staging / 'slurm-%j.out'}",
+            "--no-requeue",
+            "--comment=cellscale-stage",
+        ]
+        stager = shlex.join([self.python, "-m", "cellscale.runtime.stage", str(ref.job_dir)])
+        return "\n".join(
+            [
+                "#!/bin/bash",
+                f"# cellscale: stage the datasets of job {ref.job_id} (owner {ref.owner}) onto {', '.join(nodes)}",
+                *(f"#SBATCH {sbatch_quote(d)}" for d in directives),
+                *self.prologue,
+                f"exec srun --ntasks-per-node=1 {stager}",
+                "",
+            ]
+        )
 
     def _account_user(self, account: str) -> str | None:
         """A researcher of the account in this cluster (sbatch --test-only must run as one)."""
@@ -639,6 +727,7 @@ class SlurmDriver(Driver):
         _check_names(ref)
         out = ref.dir.attempt_dir(ref.number) / "slurm-%j.out"
         excluded = sorted({node for node in ref.excluded_nodes if SAFE_NODE.match(node)})
+        pinned = [node for node in ref.nodelist if SAFE_NODE.match(node)]
         directives = [
             f"--job-name={job_name(ref)}",
             f"--account={ref.tenant}",
@@ -651,6 +740,7 @@ class SlurmDriver(Driver):
             f"--time={res.timeout_min}",
             *([f"--switches={res.switches}"] if res.switches else []),
             *([f"--exclude={','.join(excluded)}"] if excluded else []),
+            *([f"--nodelist={','.join(pinned)}"] if pinned else []),
             f"--chdir={ref.job_dir}",
             f"--output={out}",
             "--no-requeue",
@@ -831,6 +921,21 @@ class SlurmDriver(Driver):
         out = self._run(["squeue", "-h", f"--name={name}", "-o", "%F"]).split()
         return out[0] if out else None
 
+    def _on_staged_nodes(self, ref: AttemptRef) -> AttemptRef:
+        """The attempt pinned to the nodes its datasets were staged on, when they could start it
+        now (`sbatch --test-only --nodelist`): Slurm, left to pick, may start it on nodes just
+        freed elsewhere, and those would fetch everything again. Not pinned when they are busy:
+        a job never waits for its data's nodes."""
+        plan = ref.dir.read_stage_plan() if ref.spec.datasets and ref.spec.sweep is None else None
+        nodes = tuple(plan.nodes) if plan else ()
+        if len(nodes) != ref.spec.resources.nodes or set(nodes) & set(ref.excluded_nodes):
+            return ref
+        answer = self._test_only(ref.spec, ref.tenant, nodelist=nodes)
+        at = parse_estimate(answer) if answer else None
+        if at is None or at - time.time() > PIN_WITHIN_S:
+            return ref
+        return replace(ref, nodelist=nodes)
+
     def _avoiding(self, ref: AttemptRef) -> AttemptRef:
         """The attempt avoiding the nodes that failed this job, while enough others remain for
         its gang (so a job is never left waiting for nodes it excluded); asks sinfo (cached)."""
@@ -844,7 +949,7 @@ class SlurmDriver(Driver):
         existing = self._find(ref) if ref.resubmit else None
         if existing:
             return existing  # submitted before a restart of the control plane: adopt it
-        self.script_path(ref).write_text(self.render(self._avoiding(ref)))
+        self.script_path(ref).write_text(self.render(self._on_staged_nodes(self._avoiding(ref))))
         hand_to_owner(ref.owner, ref.job_dir)
         out = self._run([*self._as_user(ref.owner), "sbatch", "--parsable", str(self.script_path(ref))])
         return out.strip().split(";")[0]
@@ -1156,6 +1261,12 @@ def parse_estimate(text: str) -> float | None:
     if not match:
         return None
     return time.mktime(time.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S"))
+
+
+def parse_estimate_nodes(text: str) -> list[str]:
+    """The nodes of a `sbatch --test-only` answer (`... on nodes b[1-2] in partition gpu`)."""
+    match = ESTIMATE_NODES.search(text)
+    return expand_hostlist(match.group(1)) if match else []
 
 
 def capacity_words(short: list[tuple[str, str]]) -> str:

@@ -26,6 +26,8 @@ formats (records in `cellscale.runtime.records`): every reader and writer goes t
     <job>/attempts/<n>/checkpoints.jsonl  one Checkpoint per line, as rank 0 commits them
     <job>/attempts/<n>/resume.json      ResumeReport: what the attempt resumed from
     <job>/attempts/<n>/ray-done         node 0's Ray cell ended (worker nodes leave)
+    <job>/staging/plan.json             StagePlan: datasets to copy to the nodes it will start on
+    <job>/staging/<node>.json           StageProgress: that node's copying, as bytes land
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ if TYPE_CHECKING:
         Progress,
         RankError,
         ResumeReport,
+        StagePlan,
+        StageProgress,
         Started,
     )
 
@@ -110,6 +114,24 @@ class JobDir:
         """plan.json as plain JSON (a LaunchPlan's fields by name), for a rank: the control
         plane wrote it from a validated LaunchPlan, and the cell should not wait for pydantic."""
         return json.loads(self.plan.read_bytes())
+
+    # -- staging ahead: written by the control plane (the plan) and each node's stager -------
+    staging = property(lambda self: self.root / "staging")
+
+    def read_stage_plan(self) -> StagePlan | None:
+        return _read(self.staging / "plan.json", _records().StagePlan)
+
+    def write_stage_plan(self, plan: StagePlan) -> None:
+        self.staging.mkdir(parents=True, exist_ok=True)
+        _write(self.staging / "plan.json", plan)
+
+    def write_stage_progress(self, progress: StageProgress) -> None:
+        _write(self.staging / f"{progress.node}.json", progress)
+
+    def read_stage_progress(self, nodes: list[str]) -> dict[str, StageProgress]:
+        """Each node's staging progress, for the nodes that have written one."""
+        found = {node: _read(self.staging / f"{node}.json", _records().StageProgress) for node in nodes}
+        return {node: progress for node, progress in found.items() if progress is not None}
 
     # -- written by each node's supervisor ---------------------------------------------------
     def read_started(self, attempt: int, node: int = 0) -> Started | None:

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from cellscale.spec import DatasetRef
 from cellscale.vocabulary import ExitReason, Launcher
+
+
+class DataCacheSettings(BaseModel):
+    """Where and how big each node's dataset cache is (`cellscale.runtime.datacache`)."""
+
+    root: str = Field(description="Its directory on a node; `{node}` is replaced by the node's name.")
+    max_bytes: int | None = Field(None, description="Most bytes it keeps; None: bounded by free space only.")
+    min_free_ratio: float = Field(0.1, description="Free space of its filesystem it never fills.")
 
 
 class LaunchPlan(BaseModel):
@@ -27,6 +36,9 @@ class LaunchPlan(BaseModel):
     timeout_s: float = 3600.0
     master_addr: str | None = Field(None, description="Address of node 0; None: the first host Slurm allocated.")
     master_port: int | None = None
+    datasets: list[DatasetRef] = Field(default_factory=list, description="What each node stages before its ranks.")
+    data_mode: str = "stage"
+    data_cache: DataCacheSettings | None = None
 
     @property
     def gpus(self) -> int:
@@ -178,3 +190,37 @@ class PointOutcome(BaseModel):
     error: str | None = None
     traceback: str | None = None
     result: bool = Field(False, description="It wrote results/<point>.<n>.pkl.")
+
+
+class StagePlan(BaseModel):
+    """staging/plan.json: datasets to copy into the caches of the nodes a waiting job is
+    expected to start on (`python -m cellscale.runtime.stage`, one process per node)."""
+
+    datasets: list[DatasetRef]
+    cache: DataCacheSettings
+    nodes: list[str] = Field(description="The nodes it was planned for.")
+    env: dict[str, str] = Field(default_factory=dict, description="The job's --env (the source's credentials).")
+    at: float
+
+
+class DatasetProgress(BaseModel):
+    name: str
+    done_bytes: int = 0
+    total_bytes: int | None = None  # None: not listed yet
+    hit: bool = False  # the node already had it
+    finished: bool = False
+    error: str | None = None
+
+
+class StageProgress(BaseModel):
+    """staging/<node>.json: one node's staging, rewritten as bytes land."""
+
+    node: str
+    pid: int
+    started: float
+    at: float
+    datasets: list[DatasetProgress]
+
+    @property
+    def finished(self) -> bool:
+        return all(d.finished or d.error for d in self.datasets)

@@ -21,11 +21,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import IO
 
-from cellscale.runtime import raycluster, usage
+from cellscale.runtime import raycluster, stage, usage
 from cellscale.runtime.jobdir import JobDir, open_log
 from cellscale.runtime.pump import pump_lines
 from cellscale.runtime.records import ExitRecord, Heartbeat, LaunchPlan, PreemptNotice, Started
@@ -131,7 +131,10 @@ class Supervisor:
         self._start_usage()
         threading.Thread(target=self._heartbeat, daemon=True).start()
         try:
-            record = self._launch(log_fd)
+            with self._datasets(log_fd) as data_env:
+                record = self._launch(log_fd, data_env) if self.stop_reason is None else self._record(0)
+        except stage.DataUnavailable as exc:
+            record = exc.record
         except Exception as exc:  # the launcher could not start
             record = launch_failure(exc)
         self.done.set()
@@ -143,8 +146,24 @@ class Supervisor:
         self.job.write_exit(self.attempt, self.node, record.model_copy(update={"at": time.time()}))
         return record.code
 
-    def _launch(self, log_fd: int) -> ExitRecord:
-        env = self._environment()
+    @contextmanager
+    def _datasets(self, log_fd: int) -> Iterator[dict[str, str]]:
+        """The job's datasets on this node for the ranks' lifetime: from the node's cache
+        (staged while the job waited) or fetched now; streamed ones only named."""
+        plan = self.plan
+        if plan.data_mode == "stream" or plan.data_cache is None:
+            yield stage.streamed_env(plan.datasets)
+            return
+
+        def say(words: str) -> None:
+            os.write(log_fd, f"[cellscale] {words}\n".encode())
+
+        os.environ.update(plan.env)  # the source's credentials, as the ranks have them
+        with stage.stage_for_ranks(plan.datasets, plan.data_cache, say) as (env, _results):
+            yield env
+
+    def _launch(self, log_fd: int, data_env: dict[str, str]) -> ExitRecord:
+        env = self._environment() | data_env
         master = self.plan.master_addr or first_host(env)
         if self.plan.launcher is Launcher.ray and self.node > 0:
             with warning_ignored():  # node 0's supervisor writes the notice every rank reads

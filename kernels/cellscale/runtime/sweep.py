@@ -24,7 +24,10 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from cellscale.runtime import stage
 from cellscale.runtime.jobdir import open_log
 from cellscale.runtime.records import ArrayPlan, PointOutcome, TaskEnded, TaskStarted
 from cellscale.runtime.sweepdir import SweepDir
@@ -51,13 +54,38 @@ def run_task(job: SweepDir, number: int, index: int) -> int:
     source = job.cell.read_text()
     code = compile(source, str(job.cell), "exec")
     log_fd = open_log(job.log)
-    for point in plan.tasks[index]:
-        outcome = run_point(job, number, point, decode(points[point]), code, fields, host)
-        job.write_outcome(point, number, outcome)
-        words = f"done in {outcome.wall_s:.1f} s" if outcome.status == "done" else f"failed: {outcome.error}"
-        os.write(log_fd, f"[point {point}] {words} (on {host})\n".encode())
+    try:
+        with _datasets(fields, lambda words: os.write(log_fd, f"[cellscale] {words}\n".encode())):
+            for point in plan.tasks[index]:
+                outcome = run_point(job, number, point, decode(points[point]), code, fields, host)
+                job.write_outcome(point, number, outcome)
+                words = f"done in {outcome.wall_s:.1f} s" if outcome.status == "done" else f"failed: {outcome.error}"
+                os.write(log_fd, f"[point {point}] {words} (on {host})\n".encode())
+    except stage.DataUnavailable as exc:
+        record = exc.record
+        job.write_task_end(
+            number, index, TaskEnded(code=record.code, reason=record.reason, at=time.time(), message=record.message)
+        )
+        os.write(log_fd, f"[cellscale] {record.message}\n".encode())
+        return record.code
     job.write_task_end(number, index, TaskEnded(code=0, reason=ExitReason.SUCCEEDED, at=time.time()))
     return 0
+
+
+@contextmanager
+def _datasets(fields: dict, say) -> Iterator[None]:
+    """The task's datasets in this node's cache (held while its points run), as a job's ranks
+    have them; streamed ones only named."""
+    from cellscale.runtime.records import LaunchPlan
+
+    plan = LaunchPlan.model_validate(fields)
+    if plan.data_mode == "stream" or plan.data_cache is None or not plan.datasets:
+        os.environ.update(stage.streamed_env(plan.datasets))
+        yield
+        return
+    with stage.stage_for_ranks(plan.datasets, plan.data_cache, say) as (env, _results):
+        os.environ.update(env)
+        yield
 
 
 def run_point(job: SweepDir, number: int, point: int, values: dict, code, fields: dict, host: str) -> PointOutcome:

@@ -1024,6 +1024,33 @@ export interface components {
             fleet?: components["schemas"]["FleetCost"] | null;
         };
         /**
+         * DatasetRef
+         * @description A dataset a job reads: a name registered in the tenancy (which gives its URL, version and
+         *     home site), or a name with its own URL (`bars=s3://md/bars/2024@v42`). The control plane
+         *     stores it resolved, so a job records the exact version it read.
+         */
+        DatasetRef: {
+            /** Name */
+            name: string;
+            /**
+             * Url
+             * @description fsspec URL of its directory or file; absent: the tenancy's.
+             */
+            url?: string | null;
+            /**
+             * Version
+             * @description Its version (etag, manifest hash or snapshot id): a node's cached copy of it is used without asking the source again. Absent: what is there when it is staged (listed each time).
+             */
+            version?: string | null;
+            /**
+             * Storage Options
+             * @description fsspec options that are not secrets (an endpoint_url); the tenancy's for a registered name.
+             */
+            storage_options?: {
+                [key: string]: string;
+            };
+        };
+        /**
          * ErrorBody
          * @description Every refusal of the control plane (4xx), validation errors included.
          */
@@ -1039,13 +1066,13 @@ export interface components {
          * @description What a row of a job's event log records.
          * @enum {string}
          */
-        EventKind: "phase" | "attempt" | "preemption" | "checkpoint" | "cancel";
+        EventKind: "phase" | "attempt" | "preemption" | "checkpoint" | "cancel" | "data";
         /**
          * EventReason
          * @description Why an event happened: the condition reasons of a job's timeline.
          * @enum {string}
          */
-        EventReason: "Submitted" | "QuotaReserved" | "Starting" | "Running" | "Finished" | "Succeeded" | "Failed" | "Cancelled" | "Lost" | "AttemptLost" | "CancelRequested" | "BackendUnknown" | "Preempting" | "Preempted" | "Retrying" | "Requeued" | "Resumed" | "ResumedWithFallback";
+        EventReason: "Submitted" | "QuotaReserved" | "Starting" | "Running" | "Finished" | "Succeeded" | "Failed" | "Cancelled" | "Lost" | "AttemptLost" | "CancelRequested" | "BackendUnknown" | "Preempting" | "Preempted" | "Retrying" | "Requeued" | "Resumed" | "ResumedWithFallback" | "Staging" | "Staged" | "StagingFailed";
         /** EventView */
         EventView: {
             /** Id */
@@ -1284,9 +1311,16 @@ export interface components {
             burst?: ("never" | "allow") | null;
             /**
              * Datasets
-             * @description Datasets it reads (names registered in the tenancy, each with a home site): placement keeps it near them or counts moving them.
+             * @description Datasets it reads: staged into its nodes' caches while it waits (or read from the source with data_mode stream); placement keeps it near their home sites or counts moving them.
              */
-            datasets?: string[];
+            datasets?: components["schemas"]["DatasetRef"][];
+            /**
+             * Data Mode
+             * @description stage: copy each dataset to its nodes' cache before the ranks start (while it waits when the nodes are known); stream: the ranks read the source directly.
+             * @default stage
+             * @enum {string}
+             */
+            data_mode: "stage" | "stream";
             /**
              * Priority
              * @description Priority class (e.g. low, normal, high); normal when absent.
@@ -1579,6 +1613,11 @@ export interface components {
              * @description Every site it may use, when it has a choice.
              */
             sites?: components["schemas"]["SiteOfferView"][];
+            /**
+             * Staging
+             * @description Its datasets being copied to the nodes it will start on, in words (staging bars: 3.1 of 8 GB).
+             */
+            staging?: string | null;
         };
         /**
          * Phase

@@ -1,0 +1,186 @@
+"""Datasets on the REAL Slurm dev cluster, read from a REAL S3 API (moto's server on loopback,
+shaped like a WAN link: 100 MB/s, 20 ms first byte — a simulation of the distance, named so in
+cellscale_hub.dev.objectstore): a waiting job's datasets are staged onto the nodes it will start
+on by a small job in the cpu partition, each object is fetched once per node, a job on the same
+nodes later fetches nothing, and the ranks read their first batch from local disk.
+
+CELLSCALE_TEST_DATA_GB sets the dataset's size (2 GB by default, as the issue asks)."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from cellscale.spec import Phase
+from cellscale_hub.dev.objectstore import ObjectStore, write_synthetic_bars
+from cellscale_hub.drivers.slurm import SlurmDriver
+from cellscale_hub.store import Store
+from cellscale_hub.tenancy import Tenancy
+from tests.controlplane.conftest import Plane
+from tests.integration.test_slurm_backend import TERMINAL, logs
+from tests.integration.test_slurm_cpu import accounts  # noqa: F401 - a fixture: the desks' Slurm limits put back
+
+pytestmark = pytest.mark.integration
+
+DATA_GB = float(os.environ.get("CELLSCALE_TEST_DATA_GB", "2"))
+URL = "s3://mkt/bars/2024"
+DESKS = ("desk-a", "desk-b")
+# desk-a holds 8 GPUs at most (no borrowing): a second job waits for the first one's quota
+TENANCY = Tenancy.model_validate(
+    {
+        "flavors": {"slurm": {"backend": "slurm"}, "slurm-cpu": {"backend": "slurm-cpu"}},
+        "cohorts": {"firm": {}},
+        "cluster_queues": {
+            desk: {
+                "cohort": "firm",
+                "quotas": {
+                    "slurm": {"nominal": 8, "borrowing_limit": 0, "cpu": {"nominal": 64}},
+                    "slurm-cpu": {"cpu": {"nominal": 16}, "memory": {"nominal": "32G"}},
+                },
+            }
+            for desk in DESKS
+        },
+        "tenants": {desk: {"queues": {"default": {"cluster_queue": desk}}} for desk in DESKS},
+    }
+)
+
+# each rank scans its share of the day files through cellscale.data and says when its first batch came
+SCAN = """
+import os, time
+t0 = time.perf_counter()
+import pyarrow.dataset as ds
+import cellscale
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+root = cellscale.data("bars")
+files = sorted(str(p) for p in __import__("pathlib").Path(root).rglob("*.parquet"))[rank::world]
+first, rows = None, 0
+for batch in ds.dataset(files, format="parquet").to_batches():
+    first = first if first is not None else time.perf_counter() - t0
+    rows += batch.num_rows
+print(f"first_batch_s={first:.3f} rows={rows} node={os.environ['SLURMD_NODENAME']}", flush=True)
+"""
+HOLD = "import os, time\nwhile not os.path.exists({release!r}):\n    time.sleep(0.2)\n"
+
+
+@pytest.fixture(scope="module")
+def store_and_bars():
+    with ObjectStore(rate_mb_s=100.0, latency_ms=20.0) as objects:  # uploads are not shaped
+        bars = write_synthetic_bars(URL, int(DATA_GB * 1e9), files=16, storage_options=objects.storage_options)
+        objects.reset_requests()
+        yield objects, bars
+
+
+@pytest.fixture
+def data_plane(tmp_path, slurm_cluster, accounts):  # noqa: F811 - the fixture imported above
+    common = {
+        "slurm_conf": slurm_cluster.env["SLURM_CONF"],
+        "master_addr": "127.0.0.1",
+        "data_cache_root": str(slurm_cluster.layout.data_cache / f"{tmp_path.name}-{{node}}"),
+    }
+    drivers = {
+        "slurm": SlurmDriver(
+            name="slurm", partition="gpu", stage_partition="cpu", shares_accounts_with=["slurm-cpu"], **common
+        ),
+        "slurm-cpu": SlurmDriver(name="slurm-cpu", partition="cpu", shares_accounts_with=["slurm"], **common),
+    }
+    store = Store(f"sqlite:///{tmp_path / 'cellscale.sqlite'}")
+    store.migrate()
+    jobs_root = Path(tempfile.mkdtemp(prefix="cellscale-", dir=slurm_cluster.jobs_dir))
+    jobs_root.chmod(0o711)
+    return Plane(tmp_path, store, drivers=drivers, tenancy=TENANCY, jobs_root=jobs_root)
+
+
+def hold_quota(plane, tmp_path) -> tuple[dict, Path]:
+    """A job that holds desk-a's 8 GPUs (one node) until its release file appears."""
+    release = Path(tempfile.mkdtemp(dir=plane.jobs_root.parent)) / "release"
+    release.parent.chmod(0o777)
+    job = plane.submit(
+        "alice",
+        source=HOLD.format(release=str(release)),
+        launcher="plain",
+        resources={"gpus_per_node": 8, "timeout_min": 20},
+    ).json()
+    plane.run_until(job["id"], {Phase.RUNNING}, timeout=120)
+    return job, release
+
+
+def events(plane, job_id) -> list[dict]:
+    return plane.http.get(f"/api/jobs/{job_id}/events", headers=plane.as_("alice")).json()
+
+
+def staged_while_waiting(plane, job_id, timeout=600) -> dict:
+    deadline = time.monotonic() + timeout
+    while "Staged" not in [e["reason"] for e in events(plane, job_id)]:
+        assert time.monotonic() < deadline, events(plane, job_id)
+        plane.controller.cycle()
+        view = plane.http.get(f"/api/jobs/{job_id}", headers=plane.as_("alice")).json()
+        assert view["phase"] == "PENDING", view["reason"]
+        time.sleep(0.5)
+    return plane.http.get(f"/api/jobs/{job_id}", headers=plane.as_("alice")).json()
+
+
+def served_bytes(objects: ObjectStore, sizes: dict[str, int]) -> dict[str, int]:
+    """Bytes the store sent per object: a whole object's size, or each Range's length."""
+    sent: dict[str, int] = defaultdict(int)
+    for request in objects.gets("bars/"):
+        if request.range:
+            start, end = map(int, re.fullmatch(r"bytes=(\d+)-(\d+)", request.range).groups())
+            sent[request.key] += min(end, sizes[request.key] - 1) - start + 1
+        else:
+            sent[request.key] += sizes[request.key]
+    return dict(sent)
+
+
+def submit_scan(plane, objects) -> dict:
+    return plane.submit(
+        "alice",
+        source=SCAN,
+        launcher="torchrun",
+        resources={"nodes": 2, "gpus_per_node": 2, "timeout_min": 20},
+        datasets=[{"name": "bars", "url": URL, "version": "v1"}],
+        env=objects.environment,
+    ).json()
+
+
+def test_a_waiting_jobs_data_is_staged_onto_its_nodes_once_and_read_locally(data_plane, store_and_bars, tmp_path):
+    objects, bars = store_and_bars
+    sizes = {f"bars/2024/{path}": size for path, size in bars.files}
+    blocker, release = hold_quota(data_plane, tmp_path)
+    job = submit_scan(data_plane, objects)
+
+    waiting = staged_while_waiting(data_plane, job["id"])
+    words = waiting["pending"]["staging"]
+    assert re.fullmatch(r"bars staged on node\d, node\d: it starts reading from local disk", words)
+    staged_nodes = set(re.findall(r"node\d", words))
+    assert served_bytes(objects, sizes) == {key: 2 * size for key, size in sizes.items()}  # once per node
+
+    release.touch()
+    data_plane.run_until(blocker["id"], TERMINAL, timeout=120)
+    done = data_plane.run_until(job["id"], TERMINAL, timeout=600)
+    text = logs(data_plane, job["id"])
+    assert done["phase"] == "SUCCEEDED", text
+    reasons = [e["reason"] for e in events(data_plane, job["id"])]
+    assert reasons.index("Staged") < reasons.index("QuotaReserved")  # staged before it was even admitted
+    scans = re.findall(r"first_batch_s=([\d.]+) rows=(\d+) node=(\S+)", text)
+    assert len(scans) == 4 and sum(int(rows) for _, rows, _ in scans) == bars.rows
+    assert {node for _, _, node in scans} == staged_nodes  # it ran where its data was
+    assert max(float(first) for first, _, _ in scans) <= 1.0
+    assert text.count("from this node's cache (staged before the job started)") == 2
+    assert served_bytes(objects, sizes) == {key: 2 * size for key, size in sizes.items()}  # nothing more at start
+
+    # job C: the same data on the same nodes (held behind a job again, so it is staged there): nothing fetched
+    before = len(objects.requests)
+    blocker, release = hold_quota(data_plane, tmp_path)
+    again = submit_scan(data_plane, objects)
+    waiting = staged_while_waiting(data_plane, again["id"])
+    release.touch()
+    data_plane.run_until(blocker["id"], TERMINAL, timeout=120)
+    done = data_plane.run_until(again["id"], TERMINAL, timeout=600)
+    assert done["phase"] == "SUCCEEDED", logs(data_plane, again["id"])
+    assert objects.requests[before:] == []  # not a listing, not a byte
