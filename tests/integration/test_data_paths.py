@@ -81,7 +81,7 @@ def data_plane(tmp_path, slurm_cluster, accounts):  # noqa: F811 - the fixture i
     common = {
         "slurm_conf": slurm_cluster.env["SLURM_CONF"],
         "master_addr": "127.0.0.1",
-        "data_cache_root": str(slurm_cluster.layout.data_cache / f"{tmp_path.name}-{{node}}"),
+        "data_cache_root": str(slurm_cluster.state_dir / "data-cache" / f"{tmp_path.name}-{{node}}"),
     }
     drivers = {
         "slurm": SlurmDriver(
@@ -184,3 +184,59 @@ def test_a_waiting_jobs_data_is_staged_onto_its_nodes_once_and_read_locally(data
     done = data_plane.run_until(again["id"], TERMINAL, timeout=600)
     assert done["phase"] == "SUCCEEDED", logs(data_plane, again["id"])
     assert objects.requests[before:] == []  # not a listing, not a byte
+
+
+READER = """
+import hashlib, sys, time
+from pathlib import Path
+from cellscale.runtime.datacache import DataSource, NodeCache
+cache = NodeCache(sys.argv[1], max_bytes=int(sys.argv[2]))
+with cache.use(DataSource("ticks", sys.argv[3], "v1")) as entry:
+    print("holding", flush=True)
+    deadline = time.monotonic() + float(sys.argv[4])
+    reads = 0
+    while time.monotonic() < deadline:
+        for path in sorted(entry.path.rglob("*.parquet")):
+            hashlib.md5(path.read_bytes())
+        reads += 1
+    print("reads", reads, flush=True)
+"""
+
+
+def test_a_capped_cache_evicts_the_least_recently_used_never_one_in_use(store_and_bars, tmp_path):
+    """Three small datasets through a cache capped below two of them: the least recently used
+    goes; the one a concurrent reader (another process) holds stays, and its reads go on."""
+    import subprocess
+    import sys
+
+    from cellscale.runtime.datacache import CacheFull, DataSource, NodeCache
+
+    objects, _ = store_and_bars
+    sources = {}
+    for seed, name in enumerate(("quotes", "ticks", "book")):  # other bytes each (same bytes: one entry)
+        written = write_synthetic_bars(
+            f"s3://mkt/{name}", 8 * 2**20, files=4, storage_options=objects.storage_options, seed=seed
+        )
+        sources[name] = DataSource(name, f"s3://mkt/{name}", "v1", objects.storage_options)
+    cap = int(1.5 * written.bytes)
+    cache = NodeCache(tmp_path / "cache", max_bytes=cap)
+    cache.stage(sources["quotes"])
+    cache.stage(sources["ticks"])  # over the cap: quotes, the least recently used, goes
+    assert [e.name for e in cache.entries()] == ["ticks"]
+
+    env = dict(os.environ, **objects.environment)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(tmp_path / "cache"), str(cap), "s3://mkt/ticks", "4"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert reader.stdout.readline().strip() == "holding"
+    with pytest.raises(CacheFull, match="in use"):
+        cache.stage(sources["book"])  # room only by evicting ticks, which the reader holds
+    (ticks,) = cache.entries()
+    assert ticks.name == "ticks" and ticks.in_use
+    out, _ = reader.communicate(timeout=60)
+    assert reader.returncode == 0 and int(out.split()[-1]) > 0
+    assert cache.stage(sources["book"]).evicted == (ticks.key,)  # released: now it may go
+    assert [e.name for e in cache.entries()] == ["book"]
