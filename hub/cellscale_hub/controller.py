@@ -609,6 +609,8 @@ class Controller:
             held_s = (attempt.ended_at - attempt.started_at).total_seconds()
             totals.note_ended(session, job.cluster_queue, job.gpus * held_s)
         attempt.failed_nodes = list(obs.failed_nodes)
+        if obs.io is not None:
+            attempt.io = obs.io.model_dump(mode="json")
         if job.spec.get("sweep"):  # points its attempt left unsettled: cancelled, or run by the next attempt
             settle_points(session, job, cancelled=job.cancel_requested)
         preempted = (

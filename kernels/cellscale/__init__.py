@@ -4,7 +4,9 @@
 %%cluster --gpus 2 --launcher torchrun --outputs loss
 
 A sweep, the cell once per point of a grid: `%%cluster map --over grid --max-parallel 8`, or
-from code `cellscale.map(fn, grid)`. Light on purpose: what they need is imported when used.
+from code `cellscale.map(fn, grid)`. Inside a job, `cellscale.data("bars")` is where the dataset
+of `--data bars=URL@VERSION` is; `cellscale.datasets` reads it, timed into the job's I/O profile.
+Light on purpose: what they need is imported when used.
 """
 
 from __future__ import annotations
@@ -47,11 +49,24 @@ def map(  # noqa: A001 - cellscale.map, as the builtin for a grid
     return run_map(fn, grid, gpus=gpus, max_parallel=max_parallel, per_task=per_task, **options)
 
 
+def data(name: str) -> str:
+    """Inside a job: the directory of its dataset `name` (`--data name=URL@VERSION`), the node's
+    staged copy; its fsspec URL when streamed (`--data-mode stream`). `cellscale.datasets.open`
+    and `arrow_dataset` read it with their reads timed into the job's I/O profile."""
+    from cellscale.datasets import data as location
+
+    return location(name)
+
+
 def __getattr__(name: str) -> Any:
     if name == "Sweep":
         from cellscale.sweep import Sweep
 
         return Sweep
+    if name == "datasets":
+        import cellscale.datasets
+
+        return cellscale.datasets
     raise AttributeError(f"module 'cellscale' has no attribute {name!r}")
 
 

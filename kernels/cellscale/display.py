@@ -7,7 +7,17 @@ import html
 import sys
 from datetime import UTC, datetime
 
-from cellscale.spec import CheckpointView, JobView, Origin, PendingView, Phase, Resources, SweepProgress
+from cellscale.spec import (
+    CheckpointView,
+    IoProfileView,
+    JobView,
+    Origin,
+    PendingView,
+    Phase,
+    Resources,
+    StageView,
+    SweepProgress,
+)
 from cellscale.vocabulary import Resource
 
 PHASE_COLOURS = {
@@ -103,6 +113,8 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
         lines.append(f"  attempt {a.number} on {a.backend}{step}: {a.state.value.lower()}{fault}{end}")
     if job.cost:
         lines.append(f"  cost: {job.cost.words}")
+    if job.io:
+        lines.extend(f"  {line}" for line in io_lines(job.io))
     if job.estimate:
         lines.append(f"  estimated at submit: {job.estimate.words}")
     if job.service_gpu_hours > 0:
@@ -118,6 +130,30 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
             f"{_age(c.committed_at)} ago): {c.url}"
         )
     return "\n".join(lines)
+
+
+def io_lines(io: IoProfileView) -> list[str]:
+    """The verdict, then where the reads came from ("reads: cache 1.2 GB at 950 MB/s · s3://md
+    80.0 MB at 45 MB/s"), then what the nodes staged."""
+    lines = [f"I/O: {io.verdict}"]
+    if io.sources:
+        lines.append("reads: " + " · ".join(_source_words(s.source, s.bytes, s.mb_per_s) for s in io.sources))
+    if io.staging:
+        lines.append("staged: " + " · ".join(map(stage_words, io.staging)))
+    return lines
+
+
+def _source_words(source: str, nbytes: int, mb_per_s: float | None) -> str:
+    rate = f" at {mb_per_s:,.0f} MB/s" if mb_per_s else ""
+    return f"{source} {_size(nbytes)}{rate}"
+
+
+def stage_words(stage: StageView) -> str:
+    """ "bars 1.2 GB, already cached (4 nodes)", "bars 1.2 GB, fetched 2.4 GB in 14 s (2 of 4 nodes had it)"."""
+    if stage.hits == stage.nodes:
+        return f"{stage.name} {_size(stage.bytes)}, already cached ({_plural(stage.nodes, 'node')})"
+    had = f" ({stage.hits} of {stage.nodes} nodes had it)" if stage.hits else ""
+    return f"{stage.name} {_size(stage.bytes)}, fetched {_size(stage.fetched_bytes)} in {stage.seconds:.0f} s{had}"
 
 
 def sweep_line(progress: SweepProgress, job: JobView | None = None) -> str:

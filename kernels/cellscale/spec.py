@@ -569,6 +569,64 @@ class CheckpointView(BaseModel):
     write_s: float = Field(description="Seconds from save() to commit.")
 
 
+class IoSourceView(BaseModel):
+    """What a job's ranks read from one source."""
+
+    source: str = Field(
+        description='"cache": the nodes\' staged copies; else the source\'s scheme and bucket ("s3://md").'
+    )
+    bytes: int
+    reads: int = Field(description="Read calls.")
+    read_s: float = Field(description="Seconds the ranks were blocked reading it, summed over the ranks.")
+    mb_per_s: float | None = Field(description="bytes / read_s in MB/s (10^6): one rank's read rate (null: no time).")
+
+
+class IoRankView(BaseModel):
+    """One rank's reads over its cell's run."""
+
+    rank: int
+    host: str
+    wall_s: float = Field(description="Seconds the cell ran.")
+    blocked_s: float = Field(description="Seconds with a dataset read in flight.")
+    blocked_fraction: float = Field(description="blocked_s / wall_s.")
+    bytes: int = Field(description="Bytes it read through cellscale.datasets.")
+    proc_rchar: int | None = Field(None, description="Bytes every read of the process returned (/proc/self/io).")
+    proc_read_bytes: int | None = Field(None, description="Bytes the process fetched from storage (/proc/self/io).")
+
+
+class StageView(BaseModel):
+    """How one dataset was staged on the job's nodes before the ranks started."""
+
+    name: str
+    url: str
+    nodes: int = Field(description="Nodes that staged it.")
+    hits: int = Field(description="Of those, the nodes whose cache had it already (nothing fetched).")
+    bytes: int = Field(description="The staged copy's size.")
+    fetched_bytes: int = Field(description="Bytes fetched from the source, all nodes together.")
+    seconds: float = Field(description="The slowest node's staging time.")
+
+
+class IoProfileView(BaseModel):
+    """Where a job's reads came from and what they cost it: its newest attempt's profile (each
+    rank's reads through cellscale.datasets), with a verdict in words."""
+
+    attempt: int
+    verdict: str = Field(
+        description='e.g. "I/O-bound: 38% of step time waiting on s3://md; staging would cut it to <2%", '
+        '"not I/O-bound: 1% of step time in reads (92% from the node cache)".'
+    )
+    io_bound: bool = Field(description="Its ranks spent at least 20% of their time blocked in reads.")
+    blocked_fraction: float = Field(description="Seconds blocked in reads / seconds the cells ran, over all ranks.")
+    bytes: int = Field(description="Bytes its ranks read through cellscale.datasets.")
+    cache_hit_ratio: float | None = Field(description="Of those bytes, the share served by staged copies (null: none).")
+    sources: list[IoSourceView] = Field(default_factory=list, description="By bytes read, most first.")
+    rank_count: int = Field(0, description="Ranks that wrote a profile.")
+    ranks: list[IoRankView] = Field(
+        default_factory=list, description="The most blocked ranks first, at most 16 (a big job's list stays short)."
+    )
+    staging: list[StageView] = Field(default_factory=list, description="Each dataset's staging, over the nodes.")
+
+
 class AheadView(BaseModel):
     """A job in the way of a waiting one."""
 
@@ -641,6 +699,7 @@ class JobView(BaseModel):
     estimate: CostEstimate | None = Field(None, description="What it was expected to cost when submitted.")
     cost: JobCost | None = Field(None, description="What it held, used and cost so far (None: never held GPUs).")
     sweep: SweepProgress | None = Field(None, description="A sweep's points by status (sweeps only).")
+    io: IoProfileView | None = Field(None, description="Its newest ended attempt's I/O profile (null: none measured).")
     service_gpu_hours: float = Field(
         0.0,
         description="Service received so far, in GPU-equivalent hours (held hours × its GPUs, CPUs and memory under "

@@ -332,6 +332,15 @@ export function costWords(job: Pick<Schemas['JobView'], 'cost' | 'estimate'>): s
   return words;
 }
 
+/** A job's I/O profile in the panel's I/O row: its verdict, then where its reads came from
+ * ("cache 1.1 GiB at 960 MB/s · s3://md 100 MiB at 52 MB/s"), as `%cluster status` shows it. */
+export function ioWords(io: Schemas['IoProfileView']): string[] {
+  const sources = (io.sources ?? []).map(
+    s => `${s.source} ${formatBytes(s.bytes)}${s.mb_per_s ? ` at ${Math.round(s.mb_per_s)} MB/s` : ''}`
+  );
+  return sources.length ? [io.verdict, sources.join(' · ')] : [io.verdict];
+}
+
 /** A desk's budget in the quota view. */
 export interface IBudgetLine {
   tenant: string;

@@ -8,12 +8,15 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import cloudpickle
 
 from cellscale.spec import Phase
+from cellscale_hub import proc
 
 TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED}
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 COUNTING = """
 import time
@@ -210,3 +213,26 @@ def test_a_burst_is_launched_in_batches_between_polls(plane):
     assert phases.count("PENDING") == 3
     for job_id in jobs:
         assert plane.run_until(job_id, TERMINAL)["phase"] == "SUCCEEDED"
+
+
+def test_a_finished_jobs_view_has_the_io_profile_of_its_reads(plane, tmp_path, monkeypatch):
+    """The cell reads a staged file through cellscale.datasets.open: the job's view has what it read."""
+    cache = tmp_path / "cache" / "ticks"
+    cache.mkdir(parents=True)
+    size = 3 * 2**20 + 5
+    (cache / "day.bin").write_bytes(os.urandom(size))
+    # what the node's supervisor would set for --data ticks=s3://md/ticks@v1, and this checkout's runtime
+    announced = {"CELLSCALE_DATA_TICKS": str(cache), "CELLSCALE_DATA_TICKS_SOURCE": "s3://md/ticks"}
+    announced["PYTHONPATH"] = os.pathsep.join(str(CHECKOUT / part) for part in ("kernels", "hub"))
+    for key, value in announced.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(proc, "SAFE_ENV_KEYS", (*proc.SAFE_ENV_KEYS, *announced))
+    source = "import cellscale\nwith cellscale.datasets.open('ticks', 'day.bin') as f:\n    n = len(f.read())"
+    job = plane.submit(source=source, outputs=["n"]).json()
+    done = plane.run_until(job["id"], TERMINAL)
+    assert done["phase"] == "SUCCEEDED", log_of(plane, job["id"])["text"]
+    io = done["io"]
+    assert io["attempt"] == 1 and io["bytes"] == size and io["cache_hit_ratio"] == 1.0 and io["verdict"]
+    assert [(s["source"], s["bytes"]) for s in io["sources"]] == [("cache", size)]
+    [rank] = io["ranks"]
+    assert rank["bytes"] == size and abs(rank["proc_rchar"] - size) < 0.05 * size

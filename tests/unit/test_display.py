@@ -160,3 +160,34 @@ def test_service_received_shows_once_there_is_some():
     text = describe(job(phase=Phase.RUNNING, service_gpu_hours=3.21))
     assert "  service received: 3.2 GPU-hours (ordering: least service first within the desk)" in text
     assert "service received: 0.012 GPU-hours" in describe(job(service_gpu_hours=0.0123))
+
+
+def test_the_io_profile_shows_its_verdict_sources_and_staging():
+    from cellscale.display import io_lines
+    from cellscale.spec import IoProfileView, IoSourceView, StageView
+
+    io = IoProfileView(
+        attempt=1,
+        verdict="not I/O-bound: 1% of step time in reads (92% from the node cache)",
+        io_bound=False,
+        blocked_fraction=0.01,
+        bytes=1_300_000_000,
+        cache_hit_ratio=0.92,
+        sources=[
+            IoSourceView(source="cache", bytes=1_200_000_000, reads=900, read_s=1.25, mb_per_s=960.0),
+            IoSourceView(source="s3://md", bytes=100 * 2**20, reads=40, read_s=2.0, mb_per_s=52.4),
+        ],
+        staging=[
+            StageView(name="bars", url="s3://md/bars", nodes=2, hits=2, bytes=2**30, fetched_bytes=0, seconds=0.1),
+            StageView(
+                name="refs", url="s3://md/refs", nodes=4, hits=1, bytes=2**20, fetched_bytes=3 * 2**20, seconds=4
+            ),
+        ],
+    )
+    assert io_lines(io) == [
+        "I/O: not I/O-bound: 1% of step time in reads (92% from the node cache)",
+        "reads: cache 1.1 GB at 960 MB/s · s3://md 100.0 MB at 52 MB/s",
+        "staged: bars 1.0 GB, already cached (2 nodes) · refs 1.0 MB, fetched 3.0 MB in 4 s (1 of 4 nodes had it)",
+    ]
+    text = describe(job(phase=Phase.SUCCEEDED, io=io))
+    assert "\n  I/O: not I/O-bound: 1% of step time in reads" in text and "\n  reads: cache 1.1 GB" in text

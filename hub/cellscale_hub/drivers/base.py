@@ -28,10 +28,11 @@ from cellscale.runtime.records import (
     StageProgress,
 )
 from cellscale.runtime.sweepdir import SweepDir
-from cellscale.spec import BackendView, CheckpointView, JobSpec
+from cellscale.spec import BackendView, CheckpointView, IoProfileView, JobSpec
 from cellscale.vocabulary import AttemptState, Fault
 from cellscale_hub.cloudbill import Instance, Run
 from cellscale_hub.faults import from_exit_records
+from cellscale_hub.telemetry.ioprofile import io_profile
 from cellscale_hub.tenancy import Tenancy
 
 UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -127,6 +128,7 @@ class Observation:
     checkpoint: Checkpoint | None = None  # the newest this attempt committed (filled in by Driver.observe_attempts)
     resume: ResumeReport | None = None  # what this attempt resumed from (filled in by Driver.observe_attempts)
     result: bool = False  # rank 0 wrote its outputs (filled in by Driver.observe_attempts once the attempt SUCCEEDED)
+    io: IoProfileView | None = None  # what its ranks read (filled in by Driver.observe_attempts once the attempt ended)
     # the allocation's start and end (None: still held) as the backend's own scheduler has them: the ledger's clock
     held: tuple[float, float | None] | None = None
 
@@ -227,7 +229,7 @@ class Driver(LoggingConfigurable):
       of them (an index absent has ended), `task_end(array, index)` -> TaskEnd (None while the
       backend has not settled it), `cancel_array(array)`, `throttle_array(array, n)`.
     - The job-directory methods (`prepare`, `read_log`, `log_path`, `log_size`, `checkpoints`,
-      `result_file`, and the facts `observe_attempts` adds to each observation) assume a directory
+      `result_file`, `io_profile`, and the facts `observe_attempts` adds to each observation) assume a directory
       every node and the control plane share (`ref.job_dir`). A backend whose jobs write elsewhere
       (object storage, a pod's volume) overrides them; nothing else in the control plane opens a
       job's files.
@@ -459,7 +461,8 @@ class Driver(LoggingConfigurable):
 
     def observe_attempts(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
         """`poll`, with what the job directory adds: the attempt's newest checkpoint, the
-        checkpoint it resumed from, and whether a finished job left its outputs."""
+        checkpoint it resumed from, whether a finished job left its outputs, and an ended
+        attempt's I/O profile (its ranks write theirs as their cells end, before the node's exit record)."""
         observed = self.poll(refs)
         for ref in refs:
             if ref.key in observed:
@@ -469,8 +472,16 @@ class Driver(LoggingConfigurable):
                     checkpoint=jd.latest_checkpoint(ref.number),
                     resume=jd.read_resume(ref.number),
                     result=obs.state is AttemptState.SUCCEEDED and jd.has_result(),
+                    io=self.io_profile(ref) if obs.state.ended else None,
                 )
         return observed
+
+    def io_profile(self, ref: AttemptRef) -> IoProfileView | None:
+        """What the attempt's ranks read through cellscale.datasets and what its nodes staged
+        (None: neither wrote a record)."""
+        jd, nodes = ref.dir, ref.spec.resources.nodes
+        stages = [stage for node in range(nodes) for stage in jd.read_stage(ref.number, node)]
+        return io_profile(ref.number, jd.read_io(ref.number), stages)
 
     def usage(self, ref: AttemptRef) -> list[NodeUsage | None]:
         """What each node of the attempt used so far (its runtime's usage record), for the ledger."""

@@ -17,6 +17,7 @@ from cellscale.spec import (
     AttemptView,
     CostEstimate,
     EventView,
+    IoProfileView,
     JobCost,
     JobSpec,
     JobView,
@@ -286,9 +287,16 @@ def job_view(job: Job, waiting: PendingView | None = None, weights: ResourceWeig
         attempts=[attempt_view(a) for a in job.attempts],
         estimate=CostEstimate.model_validate(job.estimate) if job.estimate else None,
         cost=job_cost(job),
+        io=io_view(job),
         service_gpu_hours=service_s / 3600,
         sweep=sweep_progress(job),
     )
+
+
+def io_view(job: Job) -> IoProfileView | None:
+    """The I/O profile of its newest attempt that has one (None: none read through cellscale.datasets)."""
+    profiled = next((a for a in reversed(job.attempts) if a.io is not None), None)
+    return IoProfileView.model_validate(profiled.io) if profiled else None
 
 
 def sweep_progress(job: Job) -> SweepProgress | None:

@@ -162,6 +162,7 @@ class Attempt(Base):
     cpu_s: Mapped[float | None] = mapped_column(Double)
     memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
     usd: Mapped[float | None] = mapped_column(Double)  # its allocation's cost so far (the ledger's sum)
+    io: Mapped[dict | None] = mapped_column(JSON)  # its I/O profile once it ended (IoProfileView), if it read any
 
     job: Mapped[Job] = relationship(back_populates="attempts")
 

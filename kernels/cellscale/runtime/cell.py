@@ -14,6 +14,7 @@ import traceback
 from typing import Any
 
 from cellscale.runtime.environment import EXIT_PREEMPTED, Preempted
+from cellscale.runtime.ioprofile import profiled
 from cellscale.runtime.jobdir import JobDir
 
 
@@ -69,7 +70,8 @@ def run(job: JobDir, attempt: int, plan: dict[str, Any]) -> int:
     try:
         namespace = load_namespace(job, plan["input_names"])
         code = compile(job.cell.read_text(), str(job.cell), "exec")
-        exec(code, namespace)  # noqa: S102 - running the user's cell is this module's purpose
+        with profiled(job, attempt):  # this rank's I/O profile, however the cell ends
+            exec(code, namespace)  # noqa: S102 - running the user's cell is this module's purpose
         if os.environ.get("RANK", "0") == "0":
             save_outputs(job, namespace, plan["outputs"])
     except Preempted:

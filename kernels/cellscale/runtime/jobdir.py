@@ -19,7 +19,9 @@ formats (records in `cellscale.runtime.records`): every reader and writer goes t
     <job>/attempts/<n>/node<k>/heartbeat.json   Heartbeat
     <job>/attempts/<n>/node<k>/exit.json        ExitRecord
     <job>/attempts/<n>/node<k>/usage.json       NodeUsage: what the node used, so far
+    <job>/attempts/<n>/node<k>/stage.json       StageRecord list: the datasets the node staged
     <job>/attempts/<n>/ranks/<rank>     one empty file per rank that has started the cell
+    <job>/attempts/<n>/io/rank<r>.json  RankIoProfile: what rank r read over its cell's run
     <job>/attempts/<n>/error.json       RankError: the first failing rank's exception
     <job>/attempts/<n>/progress.json    Progress: rank 0's last reported step
     <job>/attempts/<n>/preempt-notice   PreemptNotice: warned of preemption
@@ -56,9 +58,11 @@ if TYPE_CHECKING:
         PreemptNotice,
         Progress,
         RankError,
+        RankIoProfile,
         ResumeReport,
         StagePlan,
         StageProgress,
+        StageRecord,
         Started,
     )
 
@@ -159,6 +163,18 @@ class JobDir:
     def write_usage(self, attempt: int, node: int, usage: NodeUsage) -> None:
         _write(self.node_dir(attempt, node) / "usage.json", usage)
 
+    def read_stage(self, attempt: int, node: int = 0) -> list[StageRecord]:
+        """The datasets the node staged for the attempt ([]: none, or not written yet)."""
+        try:
+            lines = json.loads((self.node_dir(attempt, node) / "stage.json").read_bytes())
+            return [_records().StageRecord.model_validate(line) for line in lines]
+        except (OSError, ValueError):  # a pydantic ValidationError is a ValueError
+            return []
+
+    def write_stage(self, attempt: int, node: int, records: list[StageRecord]) -> None:
+        data = json.dumps([record.model_dump(mode="json") for record in records])
+        write_atomic(self.node_dir(attempt, node) / "stage.json", data.encode())
+
     def process_log(self, attempt: int, node: int, process: str) -> Path:
         """The own output of a helper process on a node (the supervisor as the local backend
         starts it, a Ray node): kept for debugging, never streamed to the user."""
@@ -224,6 +240,19 @@ class JobDir:
 
     def write_error(self, attempt: int, error: RankError) -> None:
         _write(self.attempt_dir(attempt) / "error.json", error)
+
+    def io_dir(self, attempt: int) -> Path:
+        return self.attempt_dir(attempt) / "io"
+
+    def write_io(self, attempt: int, profile: RankIoProfile) -> None:
+        self.io_dir(attempt).mkdir(exist_ok=True)
+        _write(self.io_dir(attempt) / f"rank{profile.rank}.json", profile)
+
+    def read_io(self, attempt: int) -> list[RankIoProfile]:
+        """The I/O profiles the attempt's ranks wrote so far, by rank (a rank writes its own when its cell ends)."""
+        paths = self.io_dir(attempt).glob("rank*.json")
+        profiles = [p for p in (_read(path, _records().RankIoProfile) for path in paths) if p is not None]
+        return sorted(profiles, key=lambda p: p.rank)
 
     def read_progress(self, attempt: int) -> Progress | None:
         return _read(self.attempt_dir(attempt) / "progress.json", _records().Progress)

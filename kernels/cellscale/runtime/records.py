@@ -117,6 +117,44 @@ class RankError(BaseModel):
         return self.kind == "peer_lost"
 
 
+class SourceReads(BaseModel):
+    """What one process read from one source: "cache" (a node's staged copies) or the source
+    itself ("s3://md")."""
+
+    bytes: int = Field(description="Bytes its read calls returned.")
+    reads: int = Field(description="Read calls.")
+    read_s: float = Field(description="Seconds with at least one of its reads in flight.")
+
+
+class RankIoProfile(BaseModel):
+    """io/rank<r>.json: what one rank read through cellscale.datasets over its cell's run
+    (cellscale.runtime.ioprofile), with the process's own /proc/self/io counters as a check."""
+
+    rank: int
+    node: int
+    host: str
+    wall_s: float = Field(description="Seconds the cell ran.")
+    blocked_s: float = Field(description="Seconds with at least one dataset read in flight.")
+    sources: dict[str, SourceReads] = Field(default_factory=dict)
+    proc_rchar: int | None = Field(None, description="/proc/self/io rchar over the run: bytes every read returned.")
+    proc_read_bytes: int | None = Field(
+        None, description="/proc/self/io read_bytes over the run: bytes fetched from storage (not the page cache)."
+    )
+    at: float = Field(description="Unix seconds it was written.")
+
+
+class StageRecord(BaseModel):
+    """One dataset a node's supervisor staged before the ranks started (an entry of node<k>/stage.json)."""
+
+    node: int
+    name: str
+    url: str
+    hit: bool = Field(description="The node's cache had this version already: nothing fetched.")
+    bytes: int = Field(description="The staged copy's size.")
+    fetched_bytes: int = Field(description="Bytes fetched from the source to stage it.")
+    seconds: float = Field(description="Seconds staging it took.")
+
+
 class Checkpoint(BaseModel):
     """One committed checkpoint: a line of checkpoints.jsonl, and what Checkpointer.list() shows."""
 

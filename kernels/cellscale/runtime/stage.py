@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cellscale.runtime.datacache import DataSource, NodeCache, SourceChanged, StageResult
 from cellscale.runtime.jobdir import JobDir
-from cellscale.runtime.records import DataCacheSettings, DatasetProgress, ExitRecord, StageProgress
+from cellscale.runtime.records import DataCacheSettings, DatasetProgress, ExitRecord, StageProgress, StageRecord
 from cellscale.spec import DatasetRef
 from cellscale.vocabulary import ExitReason
 
@@ -116,7 +116,7 @@ def stage_ahead(job: JobDir) -> int:
 @contextmanager
 def stage_for_ranks(
     datasets: list[DatasetRef], settings: DataCacheSettings, log: Callable[[str], None]
-) -> Iterator[tuple[dict[str, str], list[StageResult]]]:
+) -> Iterator[tuple[dict[str, str], list[tuple[DatasetRef, StageResult]]]]:
     """Each dataset in this node's cache and held in use until the block ends (the ranks'
     lifetime): yields the ranks' environment (`CELLSCALE_DATA_<NAME>` → the local copy) and
     what staging did. A dataset staged ahead is a hit: no request reaches its source."""
@@ -130,10 +130,23 @@ def stage_for_ranks(
                 result = held.enter_context(node_cache(settings).use(source_of(ref)))
             except Exception as exc:
                 raise DataUnavailable(failure_record(ref, exc)) from exc
-            results.append(result)
+            results.append((ref, result))
             env.update(data_env(ref, str(result.path)))
             log(_staged_words(ref, result))
         yield env, results
+
+
+def record_of(node: int, ref: DatasetRef, result: StageResult) -> StageRecord:
+    """What the node's supervisor did for one dataset, for the job's I/O profile."""
+    return StageRecord(
+        node=node,
+        name=ref.name,
+        url=ref.url or "",
+        hit=result.hit,
+        bytes=result.bytes,
+        fetched_bytes=result.fetched_bytes,
+        seconds=round(result.seconds, 3),
+    )
 
 
 def streamed_env(datasets: list[DatasetRef]) -> dict[str, str]:

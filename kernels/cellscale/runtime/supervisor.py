@@ -159,7 +159,8 @@ class Supervisor:
             os.write(log_fd, f"[cellscale] {words}\n".encode())
 
         os.environ.update(plan.env)  # the source's credentials, as the ranks have them
-        with stage.stage_for_ranks(plan.datasets, plan.data_cache, say) as (env, _results):
+        with stage.stage_for_ranks(plan.datasets, plan.data_cache, say) as (env, results):
+            self.job.write_stage(self.attempt, self.node, [stage.record_of(self.node, *staged) for staged in results])
             yield env
 
     def _launch(self, log_fd: int, data_env: dict[str, str]) -> ExitRecord:

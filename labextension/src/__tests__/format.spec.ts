@@ -15,6 +15,7 @@ import {
   formatUntil,
   formatUsd,
   formatWall,
+  ioWords,
   isJobId,
   isTerminal,
   orderPoints,
@@ -43,6 +44,7 @@ type Resources = components['schemas']['Resources'];
 type QueueUsage = components['schemas']['QueueUsage'];
 type FlavorUsage = components['schemas']['FlavorUsage'];
 type BudgetView = components['schemas']['BudgetView'];
+type IoProfileView = components['schemas']['IoProfileView'];
 type JobCost = components['schemas']['JobCost'];
 type CostEstimate = components['schemas']['CostEstimate'];
 type SweepProgress = components['schemas']['SweepProgress'];
@@ -546,5 +548,34 @@ describe('origins', () => {
     [null, null]
   ])('links the run only at an http(s) URL: %p gives %p', (url, href) => {
     expect(originUrl(origin({ url }))).toBe(href);
+  });
+});
+
+describe('I/O profile', () => {
+  const io: IoProfileView = {
+    attempt: 1,
+    verdict: 'not I/O-bound: 1% of step time in reads (92% from the node cache)',
+    io_bound: false,
+    blocked_fraction: 0.01,
+    bytes: 1_300_000_000,
+    cache_hit_ratio: 0.92,
+    sources: [
+      { source: 'cache', bytes: 1200 * 2 ** 20, reads: 900, read_s: 1.3, mb_per_s: 960.4 },
+      { source: 's3://md', bytes: 100 * 2 ** 20, reads: 40, read_s: 2, mb_per_s: null }
+    ],
+    rank_count: 0,
+    ranks: [],
+    staging: []
+  };
+
+  it('says its verdict, then where the reads came from', () => {
+    expect(ioWords(io)).toEqual([
+      'not I/O-bound: 1% of step time in reads (92% from the node cache)',
+      'cache 1.17 GiB at 960 MB/s · s3://md 100 MiB'
+    ]);
+  });
+
+  it('says only its verdict when nothing was read', () => {
+    expect(ioWords({ ...io, sources: [] })).toEqual([io.verdict]);
   });
 });

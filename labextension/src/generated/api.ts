@@ -1229,6 +1229,129 @@ export interface components {
             idle_usd: number;
         };
         /**
+         * IoProfileView
+         * @description Where a job's reads came from and what they cost it: its newest attempt's profile (each
+         *     rank's reads through cellscale.datasets), with a verdict in words.
+         */
+        IoProfileView: {
+            /** Attempt */
+            attempt: number;
+            /**
+             * Verdict
+             * @description e.g. "I/O-bound: 38% of step time waiting on s3://md; staging would cut it to <2%", "not I/O-bound: 1% of step time in reads (92% from the node cache)".
+             */
+            verdict: string;
+            /**
+             * Io Bound
+             * @description Its ranks spent at least 20% of their time blocked in reads.
+             */
+            io_bound: boolean;
+            /**
+             * Blocked Fraction
+             * @description Seconds blocked in reads / seconds the cells ran, over all ranks.
+             */
+            blocked_fraction: number;
+            /**
+             * Bytes
+             * @description Bytes its ranks read through cellscale.datasets.
+             */
+            bytes: number;
+            /**
+             * Cache Hit Ratio
+             * @description Of those bytes, the share served by staged copies (null: none).
+             */
+            cache_hit_ratio: number | null;
+            /**
+             * Sources
+             * @description By bytes read, most first.
+             */
+            sources?: components["schemas"]["IoSourceView"][];
+            /**
+             * Rank Count
+             * @description Ranks that wrote a profile.
+             * @default 0
+             */
+            rank_count: number;
+            /**
+             * Ranks
+             * @description The most blocked ranks first, at most 16 (a big job's list stays short).
+             */
+            ranks?: components["schemas"]["IoRankView"][];
+            /**
+             * Staging
+             * @description Each dataset's staging, over the nodes.
+             */
+            staging?: components["schemas"]["StageView"][];
+        };
+        /**
+         * IoRankView
+         * @description One rank's reads over its cell's run.
+         */
+        IoRankView: {
+            /** Rank */
+            rank: number;
+            /** Host */
+            host: string;
+            /**
+             * Wall S
+             * @description Seconds the cell ran.
+             */
+            wall_s: number;
+            /**
+             * Blocked S
+             * @description Seconds with a dataset read in flight.
+             */
+            blocked_s: number;
+            /**
+             * Blocked Fraction
+             * @description blocked_s / wall_s.
+             */
+            blocked_fraction: number;
+            /**
+             * Bytes
+             * @description Bytes it read through cellscale.datasets.
+             */
+            bytes: number;
+            /**
+             * Proc Rchar
+             * @description Bytes every read of the process returned (/proc/self/io).
+             */
+            proc_rchar?: number | null;
+            /**
+             * Proc Read Bytes
+             * @description Bytes the process fetched from storage (/proc/self/io).
+             */
+            proc_read_bytes?: number | null;
+        };
+        /**
+         * IoSourceView
+         * @description What a job's ranks read from one source.
+         */
+        IoSourceView: {
+            /**
+             * Source
+             * @description "cache": the nodes' staged copies; else the source's scheme and bucket ("s3://md").
+             */
+            source: string;
+            /** Bytes */
+            bytes: number;
+            /**
+             * Reads
+             * @description Read calls.
+             */
+            reads: number;
+            /**
+             * Read S
+             * @description Seconds the ranks were blocked reading it, summed over the ranks.
+             */
+            read_s: number;
+            /**
+             * Mb Per S
+             * @description bytes / read_s in MB/s (10^6): one rank's read rate (null: no time).
+             */
+            mb_per_s: number | null;
+        };
+        /**
          * JobCost
          * @description What a job's attempts held, used and cost so far (the ledger).
          */
@@ -1445,6 +1568,8 @@ export interface components {
             cost?: components["schemas"]["JobCost"] | null;
             /** @description A sweep's points by status (sweeps only). */
             sweep?: components["schemas"]["SweepProgress"] | null;
+            /** @description Its newest ended attempt's I/O profile (null: none measured). */
+            io?: components["schemas"]["IoProfileView"] | null;
             /**
              * Service Gpu Hours
              * @description Service received so far, in GPU-equivalent hours (held hours × its GPUs, CPUs and memory under the tenancy's resource weights), every attempt's, the running one up to now: within its desk, jobs that received less go first.
@@ -1956,6 +2081,41 @@ export interface components {
              * @description Why it may not go there (budget, a stockout, a lost site).
              */
             excluded?: string | null;
+        };
+        /**
+         * StageView
+         * @description How one dataset was staged on the job's nodes before the ranks started.
+         */
+        StageView: {
+            /** Name */
+            name: string;
+            /** Url */
+            url: string;
+            /**
+             * Nodes
+             * @description Nodes that staged it.
+             */
+            nodes: number;
+            /**
+             * Hits
+             * @description Of those, the nodes whose cache had it already (nothing fetched).
+             */
+            hits: number;
+            /**
+             * Bytes
+             * @description The staged copy's size.
+             */
+            bytes: number;
+            /**
+             * Fetched Bytes
+             * @description Bytes fetched from the source, all nodes together.
+             */
+            fetched_bytes: number;
+            /**
+             * Seconds
+             * @description The slowest node's staging time.
+             */
+            seconds: number;
         };
         /** SubmitRequest */
         SubmitRequest: {
