@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 import time
+import uuid
 from collections import defaultdict
 from pathlib import Path
 
@@ -50,20 +52,33 @@ TENANCY = Tenancy.model_validate(
     }
 )
 
-# each rank scans its share of the day files through cellscale.data and says when its first batch came
+# each rank scans its share of the day files through cellscale's metered dataset and says how long its
+# first batch took, from asking for the dataset (the time to first batch)
 SCAN = """
 import os, time
-t0 = time.perf_counter()
-import pyarrow.dataset as ds
-import cellscale
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-root = cellscale.data("bars")
-files = sorted(str(p) for p in __import__("pathlib").Path(root).rglob("*.parquet"))[rank::world]
-first, rows = None, 0
-for batch in ds.dataset(files, format="parquet").to_batches():
-    first = first if first is not None else time.perf_counter() - t0
-    rows += batch.num_rows
-print(f"first_batch_s={first:.3f} rows={rows} node={os.environ['SLURMD_NODENAME']}", flush=True)
+import pyarrow.dataset
+import torch.distributed as dist
+from cellscale import datasets
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+dist.barrier()  # every rank asks at once, none scanning yet: the emulated nodes share this host's cores
+t0 = time.perf_counter()  # libraries loaded: from here on it is the data path (listing, opening, reading)
+bars = datasets.arrow_dataset("bars")
+fragments = sorted(bars.get_fragments(), key=lambda f: f.path)[rank::world]
+# pyarrow decodes 16 batches ahead by default: four ranks doing that at once on this host's 2 cores
+# would time the emulation's shared CPU, not the data path
+batches = (batch for fragment in fragments for batch in fragment.to_batches(batch_readahead=2))
+first = next(batches)
+first_s = time.perf_counter() - t0
+dist.barrier()
+rows = first.num_rows + sum(batch.num_rows for batch in batches)
+print(f"first_batch_s={first_s:.3f} rows={rows} node={os.environ['SLURMD_NODENAME']}", flush=True)
+dist.destroy_process_group()
+"""
+STREAM = """
+from cellscale import datasets
+rows = datasets.arrow_dataset("bars").to_table().num_rows
+print(f"rows={rows}")
 """
 HOLD = "import os, time\nwhile not os.path.exists({release!r}):\n    time.sleep(0.2)\n"
 
@@ -81,7 +96,8 @@ def data_plane(tmp_path, slurm_cluster, accounts):  # noqa: F811 - the fixture i
     common = {
         "slurm_conf": slurm_cluster.env["SLURM_CONF"],
         "master_addr": "127.0.0.1",
-        "data_cache_root": str(slurm_cluster.state_dir / "data-cache" / f"{tmp_path.name}-{{node}}"),
+        # a cache of its own (node caches outlive test sessions: the dev cluster's state dir stays)
+        "data_cache_root": str(slurm_cluster.state_dir / "data-cache" / f"{uuid.uuid4().hex[:12]}-{{node}}"),
     }
     drivers = {
         "slurm": SlurmDriver(
@@ -93,7 +109,10 @@ def data_plane(tmp_path, slurm_cluster, accounts):  # noqa: F811 - the fixture i
     store.migrate()
     jobs_root = Path(tempfile.mkdtemp(prefix="cellscale-", dir=slurm_cluster.jobs_dir))
     jobs_root.chmod(0o711)
-    return Plane(tmp_path, store, drivers=drivers, tenancy=TENANCY, jobs_root=jobs_root)
+    yield Plane(tmp_path, store, drivers=drivers, tenancy=TENANCY, jobs_root=jobs_root)
+    root = Path(common["data_cache_root"])
+    for node_cache in root.parent.glob(root.name.replace("{node}", "*")):
+        shutil.rmtree(node_cache)  # gigabytes: not left behind in the dev cluster's state dir
 
 
 def hold_quota(plane, tmp_path) -> tuple[dict, Path]:
@@ -137,20 +156,45 @@ def served_bytes(objects: ObjectStore, sizes: dict[str, int]) -> dict[str, int]:
     return dict(sent)
 
 
-def submit_scan(plane, objects) -> dict:
+def submit_scan(plane, objects, **spec) -> dict:
     return plane.submit(
         "alice",
-        source=SCAN,
-        launcher="torchrun",
-        resources={"nodes": 2, "gpus_per_node": 2, "timeout_min": 20},
-        datasets=[{"name": "bars", "url": URL, "version": "v1"}],
-        env=objects.environment,
+        **{
+            "source": SCAN,
+            "launcher": "torchrun",
+            "resources": {"nodes": 2, "gpus_per_node": 2, "timeout_min": 20},
+            "datasets": [{"name": "bars", "url": URL, "version": "v1"}],
+            "env": objects.environment,
+        }
+        | spec,
     ).json()
+
+
+def test_an_unstaged_job_reports_how_long_it_waited_on_the_source_and_the_advice(data_plane, store_and_bars):
+    """--data-mode stream: the ranks read through the WAN; the profile says they were I/O-bound."""
+    objects, bars = store_and_bars
+    one_day = bars.files[0][0].split("/")[0]  # a day's partition: enough to see the wait, quick to read
+    job = submit_scan(
+        data_plane,
+        objects,
+        source=STREAM,
+        launcher="plain",
+        resources={"nodes": 1, "gpus_per_node": 1, "timeout_min": 20},
+        datasets=[{"name": "bars", "url": f"{URL}/{one_day}"}],
+        data_mode="stream",
+    )
+    done = data_plane.run_until(job["id"], TERMINAL, timeout=600)
+    assert done["phase"] == "SUCCEEDED", logs(data_plane, job["id"])
+    io = done["io"]
+    assert io["io_bound"] and io["blocked_fraction"] >= 0.3, io
+    assert re.fullmatch(r"I/O-bound: \d+% of step time waiting on s3://mkt; staging would cut it to .+", io["verdict"])
+    assert io["cache_hit_ratio"] == 0.0 and io["sources"][0]["source"] == "s3://mkt"
 
 
 def test_a_waiting_jobs_data_is_staged_onto_its_nodes_once_and_read_locally(data_plane, store_and_bars, tmp_path):
     objects, bars = store_and_bars
     sizes = {f"bars/2024/{path}": size for path, size in bars.files}
+    objects.reset_requests()
     blocker, release = hold_quota(data_plane, tmp_path)
     job = submit_scan(data_plane, objects)
 
@@ -173,6 +217,11 @@ def test_a_waiting_jobs_data_is_staged_onto_its_nodes_once_and_read_locally(data
     assert max(float(first) for first, _, _ in scans) <= 1.0
     assert text.count("from this node's cache (staged before the job started)") == 2
     assert served_bytes(objects, sizes) == {key: 2 * size for key, size in sizes.items()}  # nothing more at start
+    io = done["io"]
+    assert io["cache_hit_ratio"] == 1.0 and io["rank_count"] == 4
+    for rank in io["ranks"]:  # the meter's bytes against the kernel's count of the rank's reads
+        assert abs(rank["bytes"] - rank["proc_rchar"]) <= 0.05 * rank["bytes"], rank
+    assert [(s["name"], s["hits"]) for s in io["staging"]] == [("bars", 2)]
 
     # job C: the same data on the same nodes (held behind a job again, so it is staged there): nothing fetched
     before = len(objects.requests)

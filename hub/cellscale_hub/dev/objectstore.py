@@ -38,6 +38,7 @@ KEY, SECRET = "cellscale", "cellscale"  # moto accepts any credentials
 BAR_BYTES = 36.75  # Parquet bytes per bar, measured: random prices do not compress, volumes to 4.5 bytes
 SYMBOLS = 64
 FIRST_DAY = date(2024, 1, 2)
+ROW_GROUP = 2**17  # bars per Parquet row group
 
 
 class S3Request(NamedTuple):
@@ -217,7 +218,8 @@ def _write_day(
 
     relative = f"day={day.isoformat()}/part-0.parquet"
     sink = pa.BufferOutputStream()
-    pq.write_table(_bars(day, rows, seed), sink, use_dictionary=["symbol", "ts"])  # a size that scales with rows
+    # a size that scales with rows; row groups of 128k bars (~5 MB), as data meant to be streamed is written
+    pq.write_table(_bars(day, rows, seed), sink, use_dictionary=["symbol", "ts"], row_group_size=ROW_GROUP)
     data = sink.getvalue().to_pybytes()
     fs.makedirs(f"{root}/day={day.isoformat()}", exist_ok=True)
     fs.pipe_file(f"{root}/{relative}", data)
