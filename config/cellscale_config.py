@@ -33,7 +33,7 @@ if os.environ.get("CELLSCALE_SLURM_CONF"):
     # directory each); a waiting job's datasets are staged by a small job in the cpu partition
     dev_cache = Path(os.environ["CELLSCALE_SLURM_CONF"]).parent.parent / "data-cache" / "{node}"
     c.SlurmDriver.data_cache_root = os.environ.get("CELLSCALE_DATA_CACHE", str(dev_cache))
-    c.SlurmDriver.stage_partition = os.environ.get("CELLSCALE_STAGE_PARTITION", "cpu")
+    c.ControlPlane.backends["slurm"]["stage_partition"] = os.environ.get("CELLSCALE_STAGE_PARTITION", "cpu")
 
 # Sites (`cellscale dev slurm up --sites`): a second datacenter, cluster dcb (its own
 # slurmctld, its own SLURM_CONF), and dca's burst partition of cloud nodes, billed by the
@@ -59,6 +59,7 @@ if os.environ.get("CELLSCALE_SLURM_CONF") and os.environ.get("CELLSCALE_CLOUD_LE
     c.ControlPlane.backends["slurm-burst"] = {
         "driver": "slurm",
         "partition": "burst",
+        "stage_ahead": False,  # staging would power cloud nodes up (and bill them) before the job is admitted
         "shares_accounts_with": ["slurm", "slurm-cpu"],
         "cloud_ledger_url": os.environ["CELLSCALE_CLOUD_LEDGER_URL"],
         "cloud_ledger_token_file": os.environ.get("CELLSCALE_CLOUD_TOKEN_FILE", ""),

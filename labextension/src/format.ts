@@ -134,6 +134,9 @@ export function pendingWords(pending: PendingView, now: Date = new Date()): stri
       ? `Estimated start: ${formatUntil(pending.estimated_start, now)} (if every job ahead runs to its time limit).`
       : 'Estimated start: unknown.'
   );
+  if (pending.staging) {
+    words.push(`Data: ${pending.staging}.`);
+  }
   return words;
 }
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
-from traitlets import Float, Integer, List, TraitError, Unicode, default, validate
+from traitlets import Bool, Float, Integer, List, TraitError, Unicode, default, validate
 
 from cellscale.runtime.records import LaunchPlan
 from cellscale.spec import AttemptState, BackendView, JobSpec, Launcher
@@ -196,7 +196,6 @@ def _state(entry: dict) -> str:
 class SlurmDriver(Driver):
     kind = "slurm"
     runs_sweeps = True
-    stages_ahead = True
 
     partition = Unicode("gpu", help="Partition the jobs go to.").tag(config=True)
     shares_accounts_with = List(
@@ -248,6 +247,11 @@ class SlurmDriver(Driver):
         (`apply_tenancy`) is scoped to it, so a backend of one site never touches another's.""",
     ).tag(config=True)
     command_timeout = Integer(30, help="Seconds a Slurm command may take.").tag(config=True)
+    stage_ahead = Bool(
+        True,
+        help="""Stage a waiting job's datasets onto the nodes Slurm plans for it. Off for a partition of
+        rented (cloud) nodes: a staging job would power them up, and bill them, before the job is admitted.""",
+    ).tag(config=True)
     stage_partition = Unicode(
         "",
         help="""Partition of the small jobs that stage a waiting job's datasets (`--data`) onto the nodes
@@ -587,6 +591,10 @@ class SlurmDriver(Driver):
         return result.stderr + result.stdout
 
     # -- staging a waiting job's datasets onto the nodes it will start on ----------------------------
+    @property
+    def stages_ahead(self) -> bool:
+        return self.stage_ahead
+
     def stage_targets(self, ref: AttemptRef) -> list[str] | None:
         """The nodes `sbatch --test-only` says the job would start on now, if it says so
         within `stage_horizon_s` (the nodes it would avoid left out, as its submit does)."""

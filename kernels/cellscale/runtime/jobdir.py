@@ -126,8 +126,9 @@ class JobDir:
         return _read(self.staging / "plan.json", _records().StagePlan)
 
     def write_stage_plan(self, plan: StagePlan) -> None:
-        self.staging.mkdir(parents=True, exist_ok=True)
-        _write(self.staging / "plan.json", plan)
+        """Private to the job's owner (it holds the job's --env: the source's credentials)."""
+        self.staging.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_atomic(self.staging / "plan.json", plan.model_dump_json().encode(), mode=0o600)
 
     def write_stage_progress(self, progress: StageProgress) -> None:
         _write(self.staging / f"{progress.node}.json", progress)

@@ -153,6 +153,12 @@ describe('pendingWords', () => {
     expect(formatUntil('2025-01-01T09:00:00Z', now)).toBe('any moment now');
   });
 
+  it('says how far staging its datasets onto its nodes has come', () => {
+    const staging = 'staging bars: 3.1 of 8.0 GB onto node2, node3';
+    const words = pendingWords({ ...pending, staging }, now);
+    expect(words[words.length - 1]).toBe(`Data: ${staging}.`);
+  });
+
   it.each([
     ['cpu' as const, 16, 4, 'It needs 16 CPUs on local; 4 are free for it now.'],
     ['cpu' as const, 1, 1, 'It needs 1 CPU on local; 1 is free for it now.'],
