@@ -257,7 +257,7 @@ class Driver(LoggingConfigurable):
         help="""Each node's dataset cache (`--data`): a directory on node-local disk, `{node}` replaced by
         the node's name (nodes sharing one host, as emulated ones do, need it). Every job of every user on
         the node shares it: each dataset is fetched once per node. Put a desk's name in it to keep desks'
-        copies apart (a job could delete entries others use, though never change their bytes unseen).""",
+        copies apart: a job on the node could delete or replace entries others use.""",
     ).tag(config=True)
     data_cache_max_gb = Float(
         None, allow_none=True, help="Most GB each node's dataset cache keeps (least recently used out first)."
