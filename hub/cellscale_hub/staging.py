@@ -52,11 +52,14 @@ class StageAhead:
         waiting: WaitingBoard,
         max_jobs: int = 8,
         replan_s: float = 60.0,
+        ask_every_s: float = 10.0,
     ):
         self.store, self.drivers, self.jobs_root, self.waiting = store, drivers, jobs_root, waiting
         self.max_jobs = max_jobs  # staged at once, at most: each one a process or a small job per node
         self.replan_s = replan_s  # a staging that has not finished is planned again (the nodes may have changed)
+        self.ask_every_s = ask_every_s  # a backend that could not say where a job starts is asked again after this
         self._jobs: dict[str, Staging] = {}
+        self._asked: dict[str, float] = {}  # job -> when its backend last said it could not tell
 
     def cycle(self) -> None:
         heads = self.waiting.heads()
@@ -68,6 +71,7 @@ class StageAhead:
         staged = {job.id for job in candidates}
         for job_id in [j for j in self._jobs if j not in staged]:  # started, ended or cancelled: no more news
             del self._jobs[job_id]
+        self._asked = {job_id: at for job_id, at in self._asked.items() if job_id in staged}
         self.waiting.publish_staging({job_id: self._words(job_id) for job_id in self._jobs})
 
     def _stage(self, session, job: Job) -> None:
@@ -76,8 +80,12 @@ class StageAhead:
             return
         ref = self._ref(job)
         staging = self._jobs.get(job.id)
+        if staging is None and time.monotonic() - self._asked.get(job.id, -self.ask_every_s) < self.ask_every_s:
+            return  # each ask is a scheduler call (sbatch --test-only): not every cycle
         if staging is None or (not staging.done and time.monotonic() - staging.began > self.replan_s):
             nodes = driver.stage_targets(ref)
+            if not nodes and staging is None:
+                self._asked[job.id] = time.monotonic()
             if nodes and (staging is None or nodes != staging.nodes):
                 driver.stage_plan(ref, nodes)
                 driver.start_staging(ref, nodes)

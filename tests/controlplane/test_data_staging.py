@@ -75,3 +75,31 @@ def test_a_job_whose_dataset_is_missing_fails_as_its_own_error_without_retries(t
     assert done["phase"] == "FAILED"
     assert len(done["attempts"]) == 1 and done["attempts"][0]["fault"] == "user_error"
     assert "dataset bars (bars=file://" in done["reason"] and "could not be staged" in done["reason"]
+
+
+class Unsure(LocalDriver):
+    """A backend that cannot say where a waiting job would start (as Slurm beyond its horizon)."""
+
+    asked = 0
+
+    def stage_targets(self, ref):
+        Unsure.asked += 1
+        return None
+
+
+def test_a_backend_that_cannot_say_where_a_job_starts_is_not_asked_every_cycle(tmp_path, store):
+    driver = Unsure(name="local", gpus=4, submit_as=[], data_cache_root=str(tmp_path / "cache" / "{node}"))
+    plane = Plane(tmp_path, store, drivers={"local": driver})
+    release = tmp_path / "release"
+    hold = f"import os, time\nwhile not os.path.exists({str(release)!r}):\n    time.sleep(0.1)"
+    blocker = plane.submit(source=hold, resources={"gpus_per_node": 4}).json()
+    plane.run_until(blocker["id"], {Phase.RUNNING})
+    make_dataset(tmp_path / "md" / "bars")
+    job = plane.submit(source=READ, resources={"gpus_per_node": 1}, datasets=[f"bars=file://{tmp_path}/md/bars@v1"])
+    for _ in range(5):
+        plane.controller.cycle()
+    assert Unsure.asked == 1  # each ask is a scheduler call: once per ask_every_s (10 s)
+    view = plane.http.get(f"/api/jobs/{job.json()['id']}", headers=plane.as_("alice")).json()
+    assert view["phase"] == "PENDING" and view["pending"]["staging"] is None
+    release.touch()
+    plane.run_until(blocker["id"], TERMINAL)
