@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from pathlib import Path
 
 from cellscale.spec import Phase
 from cellscale_hub.drivers.local import LocalDriver
@@ -31,6 +32,15 @@ def make_dataset(root, files=3, size=256 * 1024) -> str:
     return hashlib.sha256(b"".join((root / f"part-{i}.bin").read_bytes() for i in range(files))).hexdigest()
 
 
+def hold_every_gpu(plane, tmp_path: Path) -> tuple[dict, Path]:
+    """A running job on all 4 GPUs until its release file appears: the next job waits."""
+    release = tmp_path / "release"
+    hold = f"import os, time\nwhile not os.path.exists({str(release)!r}):\n    time.sleep(0.1)"
+    blocker = plane.submit(source=hold, resources={"gpus_per_node": 4}).json()
+    plane.run_until(blocker["id"], {Phase.RUNNING})
+    return blocker, release
+
+
 def events(plane, job_id):
     return plane.http.get(f"/api/jobs/{job_id}/events", headers=plane.as_("alice")).json()
 
@@ -39,10 +49,7 @@ def test_a_waiting_jobs_data_is_staged_before_it_starts_and_read_from_the_cache(
     digest = make_dataset(tmp_path / "md" / "bars")
     driver = LocalDriver(name="local", gpus=4, submit_as=[], data_cache_root=str(tmp_path / "cache" / "{node}"))
     plane = Plane(tmp_path, store, drivers={"local": driver})
-    release = tmp_path / "release"
-    hold = f"import os, time\nwhile not os.path.exists({str(release)!r}):\n    time.sleep(0.1)"
-    blocker = plane.submit(source=hold, resources={"gpus_per_node": 4}).json()
-    plane.run_until(blocker["id"], {Phase.RUNNING})
+    blocker, release = hold_every_gpu(plane, tmp_path)
     url = f"file://{tmp_path}/md/bars"
     job = plane.submit(source=READ, resources={"gpus_per_node": 1}, datasets=[f"bars={url}@v1"]).json()
 
@@ -80,25 +87,24 @@ def test_a_job_whose_dataset_is_missing_fails_as_its_own_error_without_retries(t
 class Unsure(LocalDriver):
     """A backend that cannot say where a waiting job would start (as Slurm beyond its horizon)."""
 
-    asked = 0
+    def __init__(self, **traits):
+        super().__init__(**traits)
+        self.asked = 0
 
     def stage_targets(self, ref):
-        Unsure.asked += 1
+        self.asked += 1
         return None
 
 
 def test_a_backend_that_cannot_say_where_a_job_starts_is_not_asked_every_cycle(tmp_path, store):
     driver = Unsure(name="local", gpus=4, submit_as=[], data_cache_root=str(tmp_path / "cache" / "{node}"))
     plane = Plane(tmp_path, store, drivers={"local": driver})
-    release = tmp_path / "release"
-    hold = f"import os, time\nwhile not os.path.exists({str(release)!r}):\n    time.sleep(0.1)"
-    blocker = plane.submit(source=hold, resources={"gpus_per_node": 4}).json()
-    plane.run_until(blocker["id"], {Phase.RUNNING})
+    blocker, release = hold_every_gpu(plane, tmp_path)
     make_dataset(tmp_path / "md" / "bars")
     job = plane.submit(source=READ, resources={"gpus_per_node": 1}, datasets=[f"bars=file://{tmp_path}/md/bars@v1"])
     for _ in range(5):
         plane.controller.cycle()
-    assert Unsure.asked == 1  # each ask is a scheduler call: once per ask_every_s (10 s)
+    assert driver.asked == 1  # each ask is a scheduler call: once per ask_every_s (10 s)
     view = plane.http.get(f"/api/jobs/{job.json()['id']}", headers=plane.as_("alice")).json()
     assert view["phase"] == "PENDING" and view["pending"]["staging"] is None
     release.touch()
