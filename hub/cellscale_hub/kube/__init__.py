@@ -1,0 +1,1 @@
+"""Kubernetes: manifests, names and tenancy objects for the `kubernetes` driver and KubeSpawner."""

@@ -1,0 +1,45 @@
+"""The names and labels cellscale gives its Kubernetes objects.
+
+One namespace per desk (tenant), holding the desk's Kueue LocalQueues, its users' servers and
+its jobs; a job's attempt is one JobSet or RayJob named after it. Kubernetes names are DNS-1123
+labels (lowercase letters, digits and '-', at most 63): a cellscale name that is not one is
+refused here rather than mangled, so two desks can never map to one namespace.
+"""
+
+from __future__ import annotations
+
+import re
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "cellscale"}
+TENANT_LABEL = "cellscale.io/tenant"
+JOB_LABEL = "cellscale.io/job"
+ATTEMPT_LABEL = "cellscale.io/attempt"
+USER_LABEL = "cellscale.io/user"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class NotAKubernetesName(ValueError):
+    pass
+
+
+def dns_label(name: str, what: str) -> str:
+    """`name` unchanged when Kubernetes accepts it as an object name, else a refusal naming it."""
+    if not _DNS_LABEL.match(name):
+        raise NotAKubernetesName(
+            f"{what} {name!r} cannot name a Kubernetes object: use lowercase letters, digits and '-' "
+            "(at most 63, starting and ending with a letter or digit)"
+        )
+    return name
+
+
+def namespace(tenant: str, prefix: str = "") -> str:
+    """The desk's namespace: `prefix` + the tenant's name."""
+    return dns_label(prefix + tenant, "desk")
+
+
+def workload_name(job_id: str, attempt: int) -> str:
+    """The JobSet or RayJob of one attempt: `cs-0123abcd4567-a2` (job ids are already lowercase)."""
+    return dns_label(f"{job_id}-a{attempt}", "job")
