@@ -209,6 +209,13 @@ class ControlPlane(Application):
         if service_url and not self.personal:
             parsed = urlparse(service_url)
             ip, port = parsed.hostname or ip, parsed.port or port
+        if self.personal and not port:
+            previous = _previous_port(Path(self.data_dir) / "server.json")
+            if previous:
+                try:
+                    return listening_socket(ip, previous)  # a restart keeps its address: clients need not look again
+                except OSError:
+                    self.log.info("port %d of the last run is taken; listening on a new one", previous)
         return listening_socket(ip, port)
 
     def start(self) -> None:
@@ -246,7 +253,7 @@ class ControlPlane(Application):
         )
         sock = self.listen_socket()
         if self.personal:
-            token = secrets.token_urlsafe(32)
+            token = _personal_token(data / "token")
             identity, hub_oauth, prefix = StaticTokenIdentity(token, getpass.getuser(), (PERSONAL_TENANT,)), None, "/"
         else:
             # HubOAuth's cache_max_age is whole seconds and 0 means forever: HubIdentity skips it for 0
@@ -306,6 +313,27 @@ def listening_socket(ip: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((ip, port))
     return sock
+
+
+def _previous_port(server_json: Path) -> int | None:
+    """The port a personal control plane listened on last time (its server.json, if any)."""
+    try:
+        return urlparse(json.loads(server_json.read_text())["url"]).port
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _personal_token(path: Path) -> str:
+    """A personal control plane's token, made once and kept (0600) so a restart (a crash, a
+    reboot, `cellscale serve --personal`) does not lock out the kernels and CLIs that hold it."""
+    try:
+        token = path.read_text().strip()
+    except FileNotFoundError:
+        token = ""
+    if not token:
+        token = secrets.token_urlsafe(32)
+        _write_private(path, token)
+    return token
 
 
 def _private_sqlite(store: Store) -> None:
