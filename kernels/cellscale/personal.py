@@ -41,6 +41,13 @@ def _read(path: Path) -> dict | None:
         return None
 
 
+def current() -> tuple[str, str] | None:
+    """(url, token) of this user's personal control plane as it last wrote them, without
+    checking or starting it (the Jupyter server extension's view of it)."""
+    info = _read(home() / "server.json")
+    return (info["url"], info["token"]) if info and "url" in info and "token" in info else None
+
+
 def ensure() -> tuple[str, str]:
     """(url, token) of a running personal control plane, starting one if needed."""
     root = home()

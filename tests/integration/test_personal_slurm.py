@@ -5,6 +5,7 @@ across two nodes, submitted as them, charged to their default Slurm account, wit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -12,15 +13,19 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.integration.conftest import free_port
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+TOKEN = "lab-token"
 RESEARCHER = "alice"  # in Slurm account desk-a (her DefaultAccount), like every dev researcher
 CELL = """import os, torch, torch.distributed as dist
 dist.init_process_group("gloo")
@@ -57,7 +62,15 @@ def test_a_personal_control_plane_on_a_slurm_login_node_runs_on_slurm(slurm_clus
     identity = [f"HOME={home}", f"USER={RESEARCHER}", f"LOGNAME={RESEARCHER}"]
     argv = [str(BIN / "ipython"), "--no-banner", "--colors=NoColor", str(home / "session.ipy")]
     server = home / "personal" / "server.json"
+    lab_server = jupyter_server(home, env, identity)  # the same researcher's local JupyterLab
+    lab = lab_server.__enter__()
     try:
+        before = lab.get("cellscale/api/jobs")
+        assert (before.status_code, before.json()["message"]) == (
+            503,
+            "no control plane yet: run a cell with the cluster magic (it starts your personal control plane), "
+            "or set CELLSCALE_URL",
+        )
         run = subprocess.run(
             ["runuser", "-u", RESEARCHER, "--", "env", *identity, *argv],
             env=env,
@@ -77,7 +90,11 @@ def test_a_personal_control_plane_on_a_slurm_login_node_runs_on_slurm(slurm_clus
         record = slurm_cluster.wait_done(int(job["attempts"][0]["backend_ref"]))
         assert (record["account"], record["user"]) == ("desk-a", RESEARCHER)
         assert sorted(api.get("api/backends").json(), key=lambda b: b["name"])[1]["capacity_gpus"] == 32
+        # the open JupyterLab's side panel now relays to that same control plane
+        jobs = lab.get("cellscale/api/jobs").json()["items"]
+        assert [(j["id"], j["backend"]) for j in jobs] == [(job["id"], "slurm")]
     finally:
+        lab_server.__exit__(None, None, None)
         if server.exists():
             os.kill(json.loads(server.read_text())["pid"], signal.SIGTERM)
 
@@ -85,3 +102,51 @@ def test_a_personal_control_plane_on_a_slurm_login_node_runs_on_slurm(slurm_clus
 def _log(home: Path) -> str:
     log = home / "personal" / "control-plane.log"
     return log.read_text()[-3000:] if log.exists() else ""
+
+
+@contextlib.contextmanager
+def jupyter_server(home: Path, env: dict[str, str], identity: list[str]):
+    """A Jupyter server with the cellscale extension, run by the researcher, with no CELLSCALE_URL."""
+    config = home / "jupyter-config"
+    config.mkdir()
+    settings = {"ServerApp": {"jpserver_extensions": {"cellscale_server": True}}, "IdentityProvider": {"token": TOKEN}}
+    (config / "jupyter_server_config.json").write_text(json.dumps(settings))
+    shutil.chown(config, RESEARCHER, RESEARCHER)
+    shutil.chown(config / "jupyter_server_config.json", RESEARCHER, RESEARCHER)
+    port = free_port()
+    dirs = [
+        f"JUPYTER_CONFIG_DIR={config}",
+        f"JUPYTER_RUNTIME_DIR={home / 'runtime'}",
+        f"JUPYTER_DATA_DIR={home / 'data'}",
+    ]
+    argv = [
+        str(BIN / "jupyter"),
+        "server",
+        "--no-browser",
+        f"--port={port}",
+        "--ip=127.0.0.1",
+        f"--ServerApp.root_dir={home}",
+    ]
+    log = open(home / "jupyter.log", "wb")
+    server = subprocess.Popen(
+        ["runuser", "-u", RESEARCHER, "--", "env", *identity, *dirs, *argv],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    lab = httpx.Client(base_url=f"http://127.0.0.1:{port}/", headers={"Authorization": f"token {TOKEN}"}, timeout=20)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if lab.get("api/status").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, (home / "jupyter.log").read_text()[-3000:]
+            time.sleep(0.2)
+        yield lab
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
