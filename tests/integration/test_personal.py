@@ -29,7 +29,8 @@ print("RESULT", n)
 
 @pytest.fixture
 def personal_home(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("CELLSCALE_URL", "JUPYTERHUB_API_TOKEN")}
+    # no SLURM_CONF: this machine is a workstation here (test_personal_slurm.py is the login node)
+    env = {k: v for k, v in os.environ.items() if k not in ("CELLSCALE_URL", "JUPYTERHUB_API_TOKEN", "SLURM_CONF")}
     env["CELLSCALE_HOME"] = str(tmp_path / "home")
     yield env
     server = tmp_path / "home" / "personal" / "server.json"
