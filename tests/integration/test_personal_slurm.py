@@ -40,6 +40,8 @@ ip = get_ipython()
 ip.run_line_magic("load_ext", "cellscale")
 ip.run_cell_magic("cluster", "--gpus 16 --launcher torchrun --outputs world,total", {CELL!r})
 print("RESULT", world, int(total))
+ip.run_cell_magic("cluster", "--backend local --gpus 1 --launcher plain --outputs here", "here = 'this machine'")
+print("LOCAL", here)
 """
 USER_CONFIG = """c = get_config()  # noqa: F821
 # the dev cluster's nodes are names for this one host: ranks meet at 127.0.0.1
@@ -83,16 +85,18 @@ def test_a_personal_control_plane_on_a_slurm_login_node_runs_on_slurm(slurm_clus
         out = run.stdout + run.stderr
         assert "RESULT 16 120" in out, out + _log(home)
         assert "[rank 0] rank 0 of 16 on node 0" in out and "[rank 15] rank 15 of 16 on node 1" in out
+        assert "LOCAL this machine" in out, out  # --backend local: still there
         info = json.loads(server.read_text())
         api = httpx.Client(base_url=info["url"], headers={"Authorization": f"token {info['token']}"}, timeout=30)
-        job = api.get("api/jobs", params={"limit": 1}).json()["items"][0]
+        local, job = api.get("api/jobs").json()["items"]  # newest first
+        assert local["backend"] == "local"
         assert job["backend"] == "slurm" and job["spec"]["resources"]["nodes"] == 2  # the default backend
         record = slurm_cluster.wait_done(int(job["attempts"][0]["backend_ref"]))
         assert (record["account"], record["user"]) == ("desk-a", RESEARCHER)
         assert sorted(api.get("api/backends").json(), key=lambda b: b["name"])[1]["capacity_gpus"] == 32
         # the open JupyterLab's side panel now relays to that same control plane
         jobs = lab.get("cellscale/api/jobs").json()["items"]
-        assert [(j["id"], j["backend"]) for j in jobs] == [(job["id"], "slurm")]
+        assert [(j["id"], j["backend"]) for j in jobs] == [(local["id"], "local"), (job["id"], "slurm")]
     finally:
         lab_server.__exit__(None, None, None)
         if server.exists():
