@@ -47,14 +47,26 @@ def _query(handler: web.RequestHandler, names: tuple[str, ...]) -> dict[str, str
     return {name: value for name, value in given.items() if value is not None}
 
 
+# no percent sign: tornado doubles each one in the message that Jupyter's API handlers send
+NO_CONTROL_PLANE = (
+    "no control plane yet: run a cell with the cluster magic (it starts your personal control plane), "
+    "or set CELLSCALE_URL"
+)
+
+
+def _control_plane(app: CellscaleServerApp) -> ControlPlaneClient:
+    client = app.control_plane
+    if client is None:
+        raise web.HTTPError(503, NO_CONTROL_PLANE)
+    return client
+
+
 class _Relay(APIHandler):
     def initialize(self, app: CellscaleServerApp) -> None:
         self.app = app
 
     def control_plane(self) -> ControlPlaneClient:
-        if not self.app.control_plane_url:
-            raise web.HTTPError(503, "no control plane configured (set CELLSCALE_URL)")
-        return self.app.control_plane
+        return _control_plane(self.app)
 
     async def relay(self, method: str, path: str, params: dict[str, str] | None = None) -> None:
         try:
@@ -164,9 +176,7 @@ class _Feed(WebSocketMixin, WebSocketHandler, JupyterHandler):
         raise NotImplementedError
 
     def control_plane(self) -> ControlPlaneClient:
-        if not self.app.control_plane_url:
-            raise web.HTTPError(503, "no control plane configured (set CELLSCALE_URL)")
-        return self.app.control_plane
+        return _control_plane(self.app)
 
 
 class JobsFeed(_Feed):

@@ -14,14 +14,16 @@ import logging
 import math
 import os
 import secrets
+import shutil
 import socket
+import subprocess
 from pathlib import Path
 from urllib.parse import urlparse
 
 import uvicorn
 from jupyterhub.services.auth import HubOAuth
 from traitlets import Bool, Dict, Float, Integer, Unicode, default
-from traitlets.config import Application
+from traitlets.config import Application, Config
 
 from cellscale_hub.api import build_app
 from cellscale_hub.api.context import Context, Settings
@@ -35,10 +37,41 @@ from cellscale_hub.telemetry.metrics import Metrics, State
 from cellscale_hub.tenancy import Tenancy
 
 PERSONAL_TENANT = "personal"
+SINFO_TIMEOUT_S = 10
+
+
+def cellscale_home() -> Path:
+    """This user's cellscale folder: ~/.cellscale, or $CELLSCALE_HOME."""
+    return Path(os.environ.get("CELLSCALE_HOME", Path.home() / ".cellscale"))
 
 
 def personal_dir() -> Path:
-    return Path(os.environ.get("CELLSCALE_HOME", Path.home() / ".cellscale")) / "personal"
+    return cellscale_home() / "personal"
+
+
+def slurm_here() -> bool:
+    """Slurm is configured on this machine (a login node): SLURM_CONF is set, or `sinfo` answers."""
+    if os.environ.get("SLURM_CONF"):
+        return True
+    if not shutil.which("sinfo"):
+        return False
+    try:
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=SINFO_TIMEOUT_S).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def default_slurm_account(user: str) -> str:
+    """The account Slurm charges this user's jobs to when they name none: $SLURM_ACCOUNT (as sbatch
+    reads it), else the user's DefaultAccount in Slurm's accounting; "" when neither says."""
+    if os.environ.get("SLURM_ACCOUNT"):
+        return os.environ["SLURM_ACCOUNT"]
+    argv = ["sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount"]
+    try:
+        answer = subprocess.run(argv, capture_output=True, text=True, timeout=SINFO_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return answer.stdout.split()[0] if answer.returncode == 0 and answer.stdout.split() else ""
 
 
 class ControlPlane(Application):
@@ -58,9 +91,10 @@ class ControlPlane(Application):
         at the same path (the cluster's shared filesystem). Default: data_dir/jobs.""",
     ).tag(config=True)
     backends = Dict(
-        {"local": "local"},
         help="""Backends by name. A value is a driver name ("local", or a dotted class path), or a
-        dict {"driver": NAME, **traits} to configure several backends of one kind.""",
+        dict {"driver": NAME, **traits} to configure several backends of one kind. Default: "local";
+        a personal control plane where Slurm is configured (SLURM_CONF set, or `sinfo` answers) has
+        "slurm" first (the default of `%%cluster`), then "local".""",
     ).tag(config=True)
     tenants_file = Unicode(
         "",
@@ -155,6 +189,12 @@ class ControlPlane(Application):
         "reseed-tenancy": ({"ControlPlane": {"reseed_tenancy": True}}, "Re-apply the tenants file as a new revision."),
     }
 
+    @default("backends")
+    def _backends(self) -> dict:
+        if self.personal and slurm_here():
+            return {"slurm": "slurm", "local": "local"}
+        return {"local": "local"}
+
     @default("data_dir")
     def _data_dir(self) -> str:
         if self.personal:
@@ -178,7 +218,43 @@ class ControlPlane(Application):
         if self.config_file:
             self.load_config_file(self.config_file)
             self.update_config(self.cli_config)  # the command line wins over the file
+        elif self.personal and self.user_config_file().exists():
+            self.load_config_file(str(self.user_config_file()))
+            self.update_config(self.cli_config)
+        if self.personal:
+            self.update_config(self.personal_defaults())
         logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
+
+    @staticmethod
+    def user_config_file() -> Path:
+        """A personal control plane's config file: ~/.cellscale/config.py ($CELLSCALE_HOME/config.py)."""
+        return cellscale_home() / "config.py"
+
+    def personal_defaults(self) -> Config:
+        """What a personal control plane's Slurm backend needs, unless the user's config says
+        otherwise: it submits as its own user (no sudo), to the SLURM_CONF it was started with,
+        charged to the user's default Slurm account."""
+        slurm, defaults = self.config.SlurmDriver, Config()
+        if "submit_as" not in slurm:
+            defaults.SlurmDriver.submit_as = []
+        if "slurm_conf" not in slurm and os.environ.get("SLURM_CONF"):
+            defaults.SlurmDriver.slurm_conf = os.environ["SLURM_CONF"]
+        if "account" not in slurm and self._uses_slurm():
+            account = default_slurm_account(getpass.getuser())
+            if account:
+                defaults.SlurmDriver.account = account
+            else:
+                self.log.warning(
+                    "no Slurm account found for %s (neither $SLURM_ACCOUNT nor a DefaultAccount in sacctmgr): "
+                    "set c.SlurmDriver.account in %s",
+                    getpass.getuser(),
+                    self.user_config_file(),
+                )
+        return defaults
+
+    def _uses_slurm(self) -> bool:
+        drivers = (value["driver"] if isinstance(value, dict) else value for value in self.backends.values())
+        return "slurm" in drivers
 
     def make_drivers(self) -> dict[str, Driver]:
         drivers = {}
@@ -209,6 +285,13 @@ class ControlPlane(Application):
         if service_url and not self.personal:
             parsed = urlparse(service_url)
             ip, port = parsed.hostname or ip, parsed.port or port
+        if self.personal and not port:
+            previous = _previous_port(Path(self.data_dir) / "server.json")
+            if previous:
+                try:
+                    return listening_socket(ip, previous)  # a restart keeps its address: clients need not look again
+                except OSError:
+                    self.log.info("port %d of the last run is taken; listening on a new one", previous)
         return listening_socket(ip, port)
 
     def start(self) -> None:
@@ -246,7 +329,7 @@ class ControlPlane(Application):
         )
         sock = self.listen_socket()
         if self.personal:
-            token = secrets.token_urlsafe(32)
+            token = _personal_token(data / "token")
             identity, hub_oauth, prefix = StaticTokenIdentity(token, getpass.getuser(), (PERSONAL_TENANT,)), None, "/"
         else:
             # HubOAuth's cache_max_age is whole seconds and 0 means forever: HubIdentity skips it for 0
@@ -306,6 +389,27 @@ def listening_socket(ip: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((ip, port))
     return sock
+
+
+def _previous_port(server_json: Path) -> int | None:
+    """The port a personal control plane listened on last time (its server.json, if any)."""
+    try:
+        return urlparse(json.loads(server_json.read_text())["url"]).port
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _personal_token(path: Path) -> str:
+    """A personal control plane's token, made once and kept (0600) so a restart (a crash, a
+    reboot, `cellscale serve --personal`) does not lock out the kernels and CLIs that hold it."""
+    try:
+        token = path.read_text().strip()
+    except FileNotFoundError:
+        token = ""
+    if not token:
+        token = secrets.token_urlsafe(32)
+        _write_private(path, token)
+    return token
 
 
 def _private_sqlite(store: Store) -> None:

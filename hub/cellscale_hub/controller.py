@@ -311,6 +311,8 @@ class Controller:
         return (job.backend, self.ref(job, attempt)) if running and not job.spec.get("sweep") else None
 
     def launch(self, driver: Driver, job: Job, attempt: Attempt, resubmit: bool = False) -> None:
+        if not resubmit and self._cancelled_before_submit(job, attempt):
+            return  # (a resubmit may find what an earlier launch submitted: adopted, then cancelled)
         ref = dataclasses.replace(self.ref(job, attempt), resubmit=resubmit)
         spec = ref.spec
         bundle = self.bundles.path(job.owner, spec.inputs_sha256) if spec.inputs_sha256 else None
@@ -343,6 +345,19 @@ class Controller:
                 attempt=attempt.number,
                 message=f"submitted to {driver.name} as {backend_ref}",
             )
+
+    def _cancelled_before_submit(self, job: Job, attempt: Attempt) -> bool:
+        """An attempt admitted, then cancelled before its launch (a later cycle's, when launches
+        were many) ends here, never submitted: `send_cancels` leaves unsubmitted attempts alone."""
+        with self.store.session() as session:
+            job = session.get(Job, job.id)
+            if not job.cancel_requested:
+                return False
+            attempt = session.get(Attempt, attempt.id)
+            self._end_attempt(
+                session, job, attempt, Observation(AttemptState.CANCELLED, reason="cancelled before it was submitted")
+            )
+            return True
 
     def _points_manifest(self, owner: str, spec: JobSpec) -> Path:
         manifest = self.bundles.path(owner, spec.sweep.points_sha256)
@@ -710,7 +725,10 @@ class Controller:
                 self.ref(job, attempt)
                 for job in q.cancel_requested_active(session) + q.preemption_due(session, utcnow())
                 for attempt in job.attempts
-                if attempt.backend == backend and attempt.state in ACTIVE_ATTEMPT_STATES
+                # one not submitted yet has nothing to stop: its launch sees the cancel instead
+                if attempt.backend == backend
+                and attempt.state in ACTIVE_ATTEMPT_STATES
+                and attempt.submitted_at is not None
             ]
         for ref in targets:
             if ref.key not in self._cancel_sent:

@@ -13,7 +13,7 @@ import os
 import secrets
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import cloudpickle
@@ -82,10 +82,33 @@ class ResultKeys:
 
 
 class Client:
-    def __init__(self, url: str, token: str, timeout: float = 30.0):
-        self.url = url.rstrip("/") + "/"
+    """`reconnect`: how to find the control plane again when a call cannot reach it or its token
+    is refused (a personal control plane restarted): returns (url, token); None: never look again."""
+
+    def __init__(
+        self, url: str, token: str, timeout: float = 30.0, reconnect: Callable[[], tuple[str, str]] | None = None
+    ):
         self.result_keys = ResultKeys()
-        self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"token {token}"}, timeout=timeout)
+        self._timeout = timeout
+        self._reconnect = reconnect
+        self._connect(url, token)
+
+    def _connect(self, url: str, token: str) -> None:
+        self.url, self._token = url.rstrip("/") + "/", token
+        headers = {"Authorization": f"token {token}"}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self._timeout)
+
+    def _found_again(self) -> bool:
+        """Look for the control plane again (a personal one: re-read server.json, restarting it
+        if it is down); True when its address or token changed."""
+        if self._reconnect is None:
+            return False
+        url, token = self._reconnect()
+        if (url.rstrip("/") + "/", token) == (self.url, self._token):
+            return False
+        self._http.close()
+        self._connect(url, token)
+        return True
 
     @classmethod
     def from_env(cls) -> Client:
@@ -98,24 +121,36 @@ class Client:
         from cellscale import personal
 
         url, token = personal.ensure()
-        return cls(url, token)
+        return cls(url, token, reconnect=personal.ensure)
 
     def close(self) -> None:
         self._http.close()
 
     # -- plumbing --------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, retries: int = 0, **kwargs) -> httpx.Response:
-        for attempt in range(retries + 1):
+        try:
+            response = self._request(method, path, retries, **kwargs)
+        except RETRYABLE:
+            if self._reconnect is None:
+                raise
+            self._found_again()  # restarted, at the same address or a new one
+            response = self._request(method, path, retries, **kwargs)
+        if response.status_code == 401 and self._found_again():
+            response = self._request(method, path, retries, **kwargs)
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, error_detail(response.status_code, response.content))
+        return response
+
+    def _request(self, method: str, path: str, retries: int, **kwargs) -> httpx.Response:
+        attempt = 0
+        while True:
             try:
-                response = self._http.request(method, path.lstrip("/"), **kwargs)
-                break
+                return self._http.request(method, path.lstrip("/"), **kwargs)
             except RETRYABLE:
                 if attempt == retries:
                     raise
                 time.sleep(min(0.5 * 2**attempt, 5))
-        if response.status_code >= 400:
-            raise ApiError(response.status_code, error_detail(response.status_code, response.content))
-        return response
+                attempt += 1
 
     # -- API -------------------------------------------------------------------------------
     def whoami(self) -> WhoAmI:
@@ -263,13 +298,23 @@ class Client:
                     if chunk.complete:
                         return
             except (*RETRYABLE, httpx.ReadTimeout):
-                pass
+                self._look_again()
             except ApiError as exc:
+                if exc.status == 401 and self._found_again():
+                    continue  # a restarted personal control plane, found again: resume at once
                 if exc.status < 500:
                     raise
             if time.monotonic() - last_progress > reconnect_seconds:
                 raise ApiError(503, f"lost the log stream of {job_id} for {reconnect_seconds:.0f}s")
             time.sleep(1.0)
+
+    def _look_again(self) -> None:
+        """After a dropped stream: find a restarted personal control plane (its port may have
+        changed); while it cannot be started, the caller keeps retrying until its deadline."""
+        try:
+            self._found_again()
+        except RuntimeError:
+            pass
 
     def _stream(self, job_id: str, offset: int) -> Iterator[LogChunk]:
         params = {"offset": offset, "follow": "true"}

@@ -1,7 +1,9 @@
 """Start or reuse this user's personal control plane (no hub needed), like `ray.init()`.
 
 It runs `python -m cellscale_hub --personal` detached, so jobs outlive the kernel; its URL
-and token are in ~/.cellscale/personal/server.json (mode 0600).
+and token are in ~/.cellscale/personal/server.json (mode 0600). A restart keeps both (the
+token is kept in `token`, the port of the last run is taken again when free); a client whose
+call finds the plane gone or its token refused calls `ensure()` again (`Client.from_env`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ def _read(path: Path) -> dict | None:
         return None
 
 
+def current() -> tuple[str, str] | None:
+    """(url, token) of this user's personal control plane as it last wrote them, without
+    checking or starting it (the Jupyter server extension's view of it)."""
+    info = _read(home() / "server.json")
+    return (info["url"], info["token"]) if info and "url" in info and "token" in info else None
+
+
 def ensure() -> tuple[str, str]:
     """(url, token) of a running personal control plane, starting one if needed."""
     root = home()
@@ -49,7 +58,6 @@ def ensure() -> tuple[str, str]:
         info = _read(server)
         if info and _running(info):
             return info["url"], info["token"]
-        server.unlink(missing_ok=True)
         if importlib.util.find_spec("cellscale_hub") is None:
             raise RuntimeError(
                 "no control plane configured (CELLSCALE_URL) and none installed here: "

@@ -104,6 +104,42 @@ def test_cancel_stops_the_processes(plane):
     assert not _alive(pid)
 
 
+def test_a_cancel_as_the_job_starts_ends_it_cancelled_not_lost(plane):
+    """A cancel the moment the job reaches STARTING (its supervisor spawned, not yet able to handle
+    a signal) ends it CANCELLED at the next cycles, never after the start grace as a LOST attempt."""
+    plane.driver.start_grace_seconds = 3600.0  # waiting it out would fail the test, not slow it
+    job = plane.submit(source="import time\ntime.sleep(300)").json()
+    plane.run_until(job["id"], {Phase.STARTING})  # the cycle that launched it
+    assert plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice")).status_code == 200
+    done = plane.run_until(job["id"], TERMINAL, timeout=60)
+    attempt = done["attempts"][-1]
+    assert done["phase"] == "CANCELLED" and done["reason"] == "cancelled by request"
+    assert attempt["state"] == "CANCELLED" and attempt["fault"] is None, attempt
+
+
+def test_a_cancel_between_admission_and_launch_submits_nothing(plane):
+    job = plane.submit(source="print('never')").json()
+    launches = plane.controller.admit()  # admitted; its launch comes after the cancel
+    assert plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice")).status_code == 200
+    for admitted, attempt in launches:
+        plane.controller.launch(plane.driver, admitted, attempt)
+    done = plane.run_until(job["id"], TERMINAL, timeout=60)
+    attempt = done["attempts"][-1]
+    assert done["phase"] == "CANCELLED" and attempt["state"] == "CANCELLED" and attempt["backend_ref"] is None
+    assert attempt["end_reason"] == "cancelled before it was submitted"
+    assert not (plane.jobs_root / job["id"] / "attempts" / "1" / "node0" / "started").exists()
+
+
+def test_a_cancel_before_a_deferred_launch_still_stops_the_job(plane):
+    """The cycle after the cancel finds nothing submitted to stop (and must not count the cancel as
+    sent), then launches the attempt admission left for it: the next cycle stops it."""
+    job = plane.submit(source="import time\ntime.sleep(300)").json()
+    plane.controller.admit()  # admitted; its launch is left to a later cycle
+    assert plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice")).status_code == 200
+    done = plane.run_until(job["id"], TERMINAL, timeout=60)
+    assert done["phase"] == "CANCELLED" and done["attempts"][-1]["state"] == "CANCELLED", done["attempts"]
+
+
 def test_gangs_get_disjoint_gpus_and_wait_all_or_nothing(plane):
     show = "import os, time\nprint('gpus', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\ntime.sleep(2)"
     a = plane.submit(source=show, resources={"gpus_per_node": 3}).json()

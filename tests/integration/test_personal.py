@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,7 +29,8 @@ print("RESULT", n)
 
 @pytest.fixture
 def personal_home(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("CELLSCALE_URL", "JUPYTERHUB_API_TOKEN")}
+    # no SLURM_CONF: this machine is a workstation here (test_personal_slurm.py is the login node)
+    env = {k: v for k, v in os.environ.items() if k not in ("CELLSCALE_URL", "JUPYTERHUB_API_TOKEN", "SLURM_CONF")}
     env["CELLSCALE_HOME"] = str(tmp_path / "home")
     yield env
     server = tmp_path / "home" / "personal" / "server.json"
@@ -128,3 +130,117 @@ def test_a_sweep_from_the_command_line_and_from_code(personal_home):
 
     out = ipython(personal_home, MAP_SESSION)
     assert "SQ [1, 11, 4, 14, 9, 19]" in out and "STATUS ['done']" in out, out
+
+
+FOLLOWED = """
+import pathlib, time
+for i in range(1200):
+    print('tick', i, flush=True)
+    if pathlib.Path({flag!r}).exists():
+        break
+    time.sleep(0.25)
+print('finished', flush=True)
+"""
+
+
+def _read_until(stream, words: str, timeout: float = 60) -> str:
+    """Lines of a follower's stdout until one holds `words` (a thread-free read: the follower
+    prints a tick every 0.25 s, so readline never waits long)."""
+    seen, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        seen.append(line)
+        if words in line or not line:
+            break
+    return "".join(seen)
+
+
+def _kill_plane(server: Path) -> dict:
+    info = json.loads(server.read_text())
+    os.kill(info["pid"], signal.SIGKILL)
+    while Path(f"/proc/{info['pid']}").exists() and "zombie" not in _status(info["pid"]):
+        time.sleep(0.05)
+    return info
+
+
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return "zombie"
+
+
+def test_a_restarted_personal_control_plane_keeps_its_clients(personal_home, monkeypatch):
+    """kill -9 the personal control plane while `cellscale logs -f` follows a job and a Client is
+    open: restarted by the CLI it keeps its address and token; restarted where its port is taken,
+    the follower and the open client find it again. The job runs on and the follower sees it end."""
+    home = Path(personal_home["CELLSCALE_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    flag = home / "finish"
+    script = home / "ticks.py"
+    script.write_text(FOLLOWED.format(flag=str(flag)))
+    cli = [str(BIN / "cellscale")]
+    submit = subprocess.run(
+        [*cli, "submit", str(script), "--launcher", "plain", "--detach"],
+        env=personal_home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert submit.returncode == 0, submit
+    job_id = submit.stdout.split()[0]
+    follower = subprocess.Popen(
+        [*cli, "logs", "-f", job_id], env=personal_home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    for name in ("CELLSCALE_URL", "JUPYTERHUB_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CELLSCALE_HOME", str(home))
+    from cellscale import personal
+    from cellscale.client import Client
+
+    client = Client.from_env()
+    try:
+        assert "tick 1" in _read_until(follower.stdout, "tick 1")
+        server = home / "personal" / "server.json"
+        before = _kill_plane(server)
+        listing = subprocess.run([*cli, "list"], env=personal_home, capture_output=True, text=True, timeout=120)
+        assert listing.returncode == 0 and job_id in listing.stdout, listing  # the CLI restarted it
+        after = json.loads(server.read_text())
+        assert after["pid"] != before["pid"] and (after["url"], after["token"]) == (before["url"], before["token"])
+        assert client.get(job_id).phase.value == "RUNNING"
+
+        # again, restarted by hand on another port: the open client's next call and the follower
+        # (paused meanwhile, so that it does not restart the plane first) find its new address
+        follower.send_signal(signal.SIGSTOP)
+        _kill_plane(server)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        serve = subprocess.Popen(
+            [*cli, "serve", "--personal", "--port", str(port)],
+            env=personal_home,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        while not (
+            json.loads(server.read_text())["pid"] == serve.pid and personal._running(json.loads(server.read_text()))
+        ):
+            assert serve.poll() is None, "cellscale serve --personal exited"
+            time.sleep(0.1)
+        moved = json.loads(server.read_text())
+        assert moved["url"] == f"http://127.0.0.1:{port}/" and moved["token"] == before["token"]
+        assert client.get(job_id).phase.value == "RUNNING"
+        assert client.url == moved["url"]
+        follower.send_signal(signal.SIGCONT)
+        assert "tick" in _read_until(follower.stdout, "tick")  # streaming again, from the new address
+        flag.touch()
+        out, err = follower.communicate(timeout=120)
+        assert follower.returncode == 0, err
+        assert "finished" in out, out
+    finally:
+        flag.touch()
+        if follower.poll() is None:
+            follower.send_signal(signal.SIGCONT)
+            follower.kill()
+        client.close()

@@ -178,6 +178,21 @@ def test_cancel_reaches_slurm(slurm_plane, slurm_cluster):
     )
 
 
+def test_a_cancel_as_the_job_starts_ends_it_cancelled_on_slurm(slurm_plane, slurm_cluster):
+    """A cancel the moment the job reaches STARTING (just submitted: Slurm may not have started it)
+    ends it CANCELLED in the cycles after, its attempt CANCELLED, not LOST."""
+    job = slurm_plane.submit("alice", source="import time\ntime.sleep(300)").json()
+    starting = slurm_plane.run_until(job["id"], {Phase.STARTING}, timeout=60)  # the cycle that submitted it
+    slurm_plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=slurm_plane.as_("alice"))
+    done = slurm_plane.run_until(job["id"], TERMINAL, timeout=120)
+    attempt = done["attempts"][-1]
+    assert done["phase"] == "CANCELLED" and attempt["state"] == "CANCELLED" and attempt["fault"] is None, attempt
+    assert sacct(slurm_cluster, starting["attempts"][0]["backend_ref"])["state"]["current"] in (
+        "CANCELLED",
+        ["CANCELLED"],
+    )
+
+
 def wait_for_step(plane, job_id, step, timeout=240):
     """Until rank 0 reports `step` (it rides the nodes' heartbeats)."""
     deadline = time.monotonic() + timeout

@@ -104,6 +104,7 @@ class LocalDriver(Driver):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._children: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        self._cancelled: set[tuple[str, int]] = set()  # attempts this driver was told to stop
         if not self.submit_as:
             self.log.warning(
                 "LocalDriver %r runs EVERY user's jobs as %s (submit_as is empty): users are not kept apart. "
@@ -214,9 +215,12 @@ class LocalDriver(Driver):
 
     def _observe(self, ref: AttemptRef) -> Observation:
         jd = ref.dir
+        child = self._children.get(ref.key)
+        exited = child is not None and child.poll() is not None  # before the records: all it wrote is there
         record = jd.read_exit(ref.number)
         if record is not None:
             self._children.pop(ref.key, None)
+            self._cancelled.discard(ref.key)
             state = _state_for(record.reason)
             fault = (
                 record.reason.fault if state is AttemptState.FAILED or record.reason is ExitReason.PREEMPTED else None
@@ -228,10 +232,21 @@ class LocalDriver(Driver):
             return Observation(
                 AttemptState.RUNNING if all_ranks else AttemptState.STARTING, heartbeat=heartbeat, step=step
             )
+        if exited:
+            self._children.pop(ref.key, None)
+        if ref.key in self._cancelled and (exited or jd.read_started(ref.number)):
+            # stopped before it could record how it ended (a cancel in its first moments): what it was told
+            return Observation(AttemptState.CANCELLED, reason="cancelled while its supervisor was starting")
         if jd.read_started(ref.number):
             return Observation(
                 AttemptState.LOST,
                 reason="the supervisor died without writing an exit record",
+                fault=Fault.INFRASTRUCTURE,
+            )
+        if exited:  # the process this driver spawned is gone and wrote nothing: no need to wait out the grace
+            return Observation(
+                AttemptState.LOST,
+                reason=f"the supervisor exited ({child.returncode}) before it started",
                 fault=Fault.INFRASTRUCTURE,
             )
         if ref.submitted_at is None or time.time() - ref.submitted_at.timestamp() < self.start_grace_seconds:
@@ -310,6 +325,7 @@ class LocalDriver(Driver):
             hand_files_to_owner(array.ref.owner, [sweep.throttle_file(array.plan.number)])
 
     def cancel(self, ref: AttemptRef) -> None:
+        self._cancelled.add(ref.key)
         self._signal(ref, signal.SIGTERM)
 
     def warn(self, ref: AttemptRef) -> None:

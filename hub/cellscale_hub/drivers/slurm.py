@@ -198,6 +198,13 @@ class SlurmDriver(Driver):
     runs_sweeps = True
 
     partition = Unicode("gpu", help="Partition the jobs go to.").tag(config=True)
+    account = Unicode(
+        "",
+        help="""The Slurm account every job of this backend is charged to, whatever its desk. Empty: the
+        desk's name (a hub's desks are Slurm accounts, and `apply_tenancy` mirrors their quotas onto them).
+        A personal control plane sets it to its user's default account ($SLURM_ACCOUNT, else sacctmgr's
+        DefaultAccount); with an account set here, its limits are the Slurm admin's, never changed by cellscale.""",
+    ).tag(config=True)
     shares_accounts_with = List(
         Unicode(),
         help="""The other backends that submit to the same Slurm cluster (its other partitions, e.g.
@@ -310,6 +317,19 @@ class SlurmDriver(Driver):
         if os.geteuid() == 0:
             return ["runuser", "-u", "{user}", "--"]
         return ["sudo", "-n", "-u", "{user}", "--"]
+
+    @validate("account")
+    def _valid_account(self, proposal) -> str:
+        if proposal["value"] and not SAFE_NAME.match(proposal["value"]):
+            raise TraitError(
+                f"SlurmDriver.account: {proposal['value']!r} is not a plain Slurm account name "
+                "(lower-case letters, digits, - and _)"
+            )
+        return proposal["value"]
+
+    def account_of(self, tenant: str) -> str:
+        """The Slurm account a job of `tenant` is charged to."""
+        return self.account or tenant
 
     @validate("extra_directives")
     def _valid_directives(self, proposal) -> list[str]:
@@ -552,6 +572,7 @@ class SlurmDriver(Driver):
     ) -> str | None:
         """What `sbatch --test-only` says of the job (run as a member of the account, so its
         associations apply); None when it refuses."""
+        account = self.account_of(account)
         if not SAFE_NAME.match(account):
             return None
         user = self._account_user(account)
@@ -624,7 +645,7 @@ class SlurmDriver(Driver):
             raise ValueError(f"node name {bad[0]!r} is not a plain name")
         directives = [
             f"--job-name={stage_job_name(ref)}",
-            f"--account={ref.tenant}",
+            f"--account={self.account_of(ref.tenant)}",
             f"--partition={self.stage_partition or self.partition}",
             f"--nodelist={','.join(nodes)}",
             f"--nodes={len(nodes)}",
@@ -738,7 +759,7 @@ class SlurmDriver(Driver):
         pinned = [node for node in ref.nodelist if SAFE_NODE.match(node)]
         directives = [
             f"--job-name={job_name(ref)}",
-            f"--account={ref.tenant}",
+            f"--account={self.account_of(ref.tenant)}",
             f"--partition={self.partition}",
             f"--nodes={res.nodes}",
             "--ntasks-per-node=1",
@@ -827,7 +848,7 @@ class SlurmDriver(Driver):
         excluded = sorted({node for node in plan.excluded_nodes if SAFE_NODE.match(node)})
         directives = [
             f"--job-name={array_name(array)}",
-            f"--account={ref.tenant}",
+            f"--account={self.account_of(ref.tenant)}",
             f"--partition={self.partition}",
             "--nodes=1",
             "--ntasks-per-node=1",
@@ -1113,6 +1134,8 @@ class SlurmDriver(Driver):
     def apply_tenancy(self, tenancy: Tenancy) -> None:
         """Mirror each desk's quota and fair share onto its Slurm account (see
         `account_limits`); accounts Slurm does not know are left to the Slurm admin."""
+        if self.account:
+            return  # one fixed account: the Slurm admin's to limit
         backends = [self.name, *self.shares_accounts_with]
         cluster = self.cluster_name()
         assocs = ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"cluster={cluster}", "format=account"]

@@ -114,6 +114,10 @@ class Supervisor:
         # before Started is written: once the control plane sees the attempt run, a warning is handled
         # (the notice waits for the ranks, who read it when they start)
         signal.signal(signal.SIGUSR1, self._on_preempt_warning)
+        # and a cancel from the first moment it can be handled: one that arrives while the attempt
+        # starts is recorded (CANCELLED) like any other, never a supervisor gone without a record
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
         self.dir.mkdir(parents=True, exist_ok=True)
         lock_fd = os.open(self.job.lock_file(self.attempt, self.node), os.O_RDWR | os.O_CREAT, 0o640)
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held until this process ends
@@ -126,8 +130,6 @@ class Supervisor:
         log_fd = open_log(self.job.log)
         where = f"node {self.node} ({host})" if self.plan.nodes > 1 else host
         os.write(log_fd, f"[cellscale] attempt {self.attempt} starting on {where}\n".encode())
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
         self._start_usage()
         threading.Thread(target=self._heartbeat, daemon=True).start()
         try:
