@@ -29,7 +29,27 @@ PHASE_COLOURS = {
 }
 
 
+LIST_TITLE_CHARS = 40
+"""Widest title column of `%cluster list` and `cellscale list` (a longer title is cut with …)."""
+
+
 def status_line(job: JobView) -> str:
+    """`cs-0123abcd4567 · train.ipynb [12] · RUNNING · 01:05 · attempt 1 · 2 GPUs · 8 CPUs on local`."""
+    return " · ".join([job.id, job.title, *_state_parts(job)])
+
+
+def job_table(jobs: list[JobView]) -> list[str]:
+    """One line per job, its title in a column (`%cluster list`, `cellscale list`):
+    `cs-0123abcd4567  train.ipynb [12]   RUNNING · 01:05 · attempt 1 · 2 GPUs · 8 CPUs on local`."""
+    titles = [t if len(t) <= LIST_TITLE_CHARS else t[: LIST_TITLE_CHARS - 1] + "…" for t in (j.title for j in jobs)]
+    width = max(map(len, titles), default=0)
+    return [
+        f"{job.id}  {title:<{width}}  {' · '.join(_state_parts(job))}" for job, title in zip(jobs, titles, strict=True)
+    ]
+
+
+def _state_parts(job: JobView) -> list[str]:
+    """The status line after the job's id and title: phase, time, attempt, resources, why."""
     start = job.started_at or job.created_at
     end = job.finished_at or datetime.now(UTC)
     seconds = max(0, int((end - start).total_seconds()))
@@ -42,7 +62,6 @@ def status_line(job: JobView) -> str:
     else:
         what = [f"attempt {len(job.attempts) or '-'}", resource_words(job.spec.resources)]
     parts = [
-        job.id,
         job.phase.value,
         f"{seconds // 60:02d}:{seconds % 60:02d}",
         what[0],
@@ -56,7 +75,7 @@ def status_line(job: JobView) -> str:
         parts.append(job.pending.staging)
     if job.preempting:
         parts.append("being preempted: checkpoint now")
-    return " · ".join(p for p in parts if p)
+    return [p for p in parts if p]
 
 
 def _where(job: JobView) -> str:

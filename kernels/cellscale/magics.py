@@ -22,11 +22,12 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from cellscale import promote
 from cellscale.bundle import InputError, pack_inputs
 from cellscale.client import RETRYABLE, ApiError, Client
-from cellscale.display import describe, make_view, status_line
+from cellscale.display import describe, job_table, make_view, status_line
 from cellscale.magicargs import MagicArgs, MagicUsageError, parse_line, usage
 from cellscale.points import GridError
 from cellscale.spec import JobView, Phase
 from cellscale.sweep import Sweep, SweepPlan, announce
+from cellscale.titles import cell_title
 
 STATUS_REFRESH_SECONDS = 1.0
 RECONNECT_SECONDS = 180.0
@@ -72,6 +73,8 @@ class ClusterMagics(Magics):
     # -- %%cluster ---------------------------------------------------------------------------
     def _run_cell(self, line: str, cell: str):
         args = parse_line(line)
+        if args.name is None:  # named by where it came from: the notebook and cell, or its first line
+            args = args.model_copy(update={"title": cell_title(self.shell, cell)})
         if args.sweep:
             return self._run_map(args, cell)
         unsent = "0" * 64 if args.inputs else None  # stands for the bundle until it is uploaded
@@ -228,8 +231,8 @@ class ClusterMagics(Magics):
             print(f"[cellscale] {promote.promote_args(self.client, args)}")
             return None
         if verb == "list":
-            for job in self.client.list(scope=rest[0] if rest else "mine").items:
-                print(status_line(job))
+            for line in job_table(self.client.list(scope=rest[0] if rest else "mine").items):
+                print(line)
             return None
         if verb in {"status", "attach", "logs", "cancel"}:
             if len(rest) != 1:

@@ -136,15 +136,15 @@ def test_a_sweep_is_one_row_with_its_progress_and_its_points_on_demand(
 
         # its detail: the progress line and bar; the points only when asked, a page at a time
         row.click()
-        detail = panel.get_by_role("region", name="Job cell", exact=True)
+        detail = panel.get_by_role("region", name=f"Job {NOTEBOOK} [2]", exact=True)
         points = detail.get_by_role("region", name="Points")
         expect(points.locator(".jp-cellscale-sweepline")).to_have_text(
             re.compile(r"^250/250 done · job succeeded · up to 4 tasks at once$")
         )
-        progress = points.get_by_role("progressbar", name="Points of cell")
+        progress = points.get_by_role("progressbar", name=f"Points of {NOTEBOOK} [2]")
         expect(progress).to_have_attribute("aria-valuenow", "250")
         expect(progress).to_have_attribute("aria-valuemax", "250")
-        table = points.get_by_role("table", name="Points of cell")
+        table = points.get_by_role("table", name=f"Points of {NOTEBOOK} [2]")
         expect(table).to_be_hidden()
         show = points.get_by_role("button", name="Show points")
         expect(show).to_have_attribute("aria-expanded", "false")

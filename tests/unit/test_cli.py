@@ -90,3 +90,43 @@ def test_a_bad_option_says_what_to_change(tmp_path, client, capsys):
     assert code == 2 and "did you mean --gpus?" in err and err.count("\n") == 1
     code, _, err = run(capsys, "submit", str(script), "--env", "X=" + "v" * 70_000, "--dry-run")
     assert code == 2 and err.startswith("cellscale: --env: the environment is 70003 bytes")
+
+
+def test_a_submitted_file_is_named_after_it_and_list_shows_titles(tmp_path, client, capsys, monkeypatch):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    assert run(capsys, "submit", str(script), "--dry-run")[0] == 0
+    assert (client.specs[0].title, client.specs[0].name) == ("train.py", "train.py")
+
+    from datetime import UTC, datetime
+
+    from cellscale.spec import JobPage, JobSpec, JobView, Phase
+
+    now = datetime.now(UTC)
+    views = [
+        JobView(
+            id=f"cs-00000000000{i}",
+            name=spec.name,
+            owner="alice",
+            tenant="desk-a",
+            queue="default",
+            backend="local",
+            phase=Phase.SUCCEEDED,
+            spec=spec,
+            created_at=now,
+            updated_at=now,
+            started_at=now,
+            finished_at=now,
+            cancel_requested=False,
+            result_available=False,
+            attempts=[],
+        )
+        for i, spec in enumerate([client.specs[0], JobSpec(source="x", name="ddp")], start=1)
+    ]
+    monkeypatch.setattr(client, "list", lambda **_: JobPage(items=views), raising=False)
+    code, out, err = run(capsys, "list")
+    assert code == 0 and err == ""
+    assert out.splitlines() == [
+        "cs-000000000001  train.py  SUCCEEDED · 00:00 · attempt - · 1 CPU on local",
+        "cs-000000000002  ddp       SUCCEEDED · 00:00 · attempt - · 1 CPU on local",
+    ]

@@ -198,14 +198,58 @@ def test_list_and_status_show_cpus_and_memory(shell, capsys):
     assert shell.run_cell("%cluster list").success
     assert "attempt - · 8 CPUs · 4 GiB on local" in capsys.readouterr().out
     assert shell.run_cell("%cluster status cs-000000000001").success
-    assert capsys.readouterr().out.startswith("cs-000000000001 · RUNNING · 00:00 · attempt - · 8 CPUs · 4 GiB on local")
+    assert capsys.readouterr().out.startswith(
+        "cs-000000000001 · cell · RUNNING · 00:00 · attempt - · 8 CPUs · 4 GiB on local"
+    )
 
 
 def test_the_attached_status_line_shows_gpus_cpus_and_memory(shell, capsys):
     assert run(shell, RecordingClient(), "--gpus 2 --cpus 4 --mem 16G").success
-    assert "[cellscale] cs-000000000001 · SUCCEEDED · 00:00 · attempt - · 2 GPUs · 8 CPUs · 16 GiB on local" in (
-        capsys.readouterr().out
+    assert (
+        "[cellscale] cs-000000000001 · x = 1 · SUCCEEDED · 00:00 · attempt - · 2 GPUs · 8 CPUs · 16 GiB on local"
+        in (capsys.readouterr().out)
     )
+
+
+def test_a_notebook_cell_is_named_by_its_notebook_and_execution_count(shell):
+    shell.user_ns["__session__"] = "/home/alice/experiments/train.ipynb"  # ipykernel's, from JPY_SESSION_NAME
+    client = RecordingClient()
+    count = shell.execution_count
+    assert run(shell, client, "--gpus 1", cell="import torch\nmodel.fit(x)\n").success
+    assert client.spec.title == f"train.ipynb [{count}]"
+    assert client.spec.name == f"train.ipynb-{count}"
+
+
+def test_in_a_terminal_ipython_a_cell_is_named_by_its_first_meaningful_line(shell):
+    client = RecordingClient()
+    cell = "\n# train the model\nimport torch\nfrom x import y\n\nfor step in range(1000):  # " + "x" * 80 + "\n"
+    assert run(shell, client, "--gpus 1", cell=cell).success
+    assert client.spec.title == "for step in range(1000): # " + "x" * 32 + "…"
+    assert client.spec.name == "for-step-in-range-1000-" + "x" * 32
+
+
+def test_name_overrides_the_title(shell):
+    shell.user_ns["__session__"] = "train.ipynb"
+    client = RecordingClient()
+    assert run(shell, client, "--gpus 1 --name resnet-v2").success
+    assert (client.spec.name, client.spec.title) == ("resnet-v2", None)
+
+
+def test_list_shows_each_job_by_its_title_in_a_column(shell, capsys):
+    class Two(ListingClient):
+        def list(self, scope="mine"):
+            one = self._view()
+            two = one.model_copy(
+                update={"id": "cs-000000000002", "spec": JobSpec(source="pass", title="train.ipynb [12]")}
+            )
+            return JobPage(items=[one, two])
+
+    shell.register_magics(ClusterMagics(shell, client=Two()))
+    assert shell.run_cell("%cluster list").success
+    assert capsys.readouterr().out.splitlines() == [
+        "cs-000000000001  cell              RUNNING · 00:00 · attempt - · 8 CPUs · 4 GiB on local · because",
+        "cs-000000000002  train.ipynb [12]  RUNNING · 00:00 · attempt - · 1 CPU on local · because",
+    ]
 
 
 ESTIMATE = CostEstimate(

@@ -1406,9 +1406,15 @@ export interface components {
         JobSpec: {
             /**
              * Name
+             * @description A slug: what --name sets and GET /api/jobs?name= matches.
              * @default cell
              */
             name: string;
+            /**
+             * Title
+             * @description How it is shown: where it came from (`train.ipynb [12]`, a cell's first line, a file, an asset and partition), at most 120 printable characters on one line; absent: its name. Never in a backend's script.
+             */
+            title?: string | null;
             /** @default torchrun */
             launcher: components["schemas"]["Launcher"];
             resources?: components["schemas"]["Resources"];
@@ -1576,6 +1582,11 @@ export interface components {
              * @default 0
              */
             service_gpu_hours: number;
+            /**
+             * Title
+             * @description What it is shown as: its spec's title, else its name.
+             */
+            readonly title: string;
         };
         /**
          * Launcher
