@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 
 from cellscale.client import ApiError, Client
-from cellscale.display import TextView, job_table, status_line
+from cellscale.display import TextView, environment_lines, job_table, status_line
 from cellscale.magicargs import MagicArgs, MagicUsageError, parse_args
 from cellscale.promote import add_arguments, promote_args
 from cellscale.titles import printable
@@ -123,6 +123,7 @@ def _submit(args, rest: list[str]) -> int:
     client = Client.from_env()
     if options.dry_run:
         print(client.render(spec).script, end="")
+        print("\n".join(environment_lines(spec.env, client.holds_token)), file=sys.stderr)
         return 0
     job = client.submit(spec)
     print(job.id)
@@ -178,6 +179,7 @@ def _submit_sweep(file: Path, grid: Path, options: MagicArgs) -> int:
     client = Client.from_env()
     if options.dry_run:
         print(client.render(plan.spec).script, end="")
+        print("\n".join(environment_lines(plan.spec.env, client.holds_token)), file=sys.stderr)
         return 0
     sweep = plan.submit(client, None, fetch_results=False, stream=sys.stderr)
     print(sweep.job_id)

@@ -4,7 +4,9 @@ text in a terminal IPython."""
 from __future__ import annotations
 
 import html
+import re
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from cellscale.spec import (
@@ -310,3 +312,23 @@ def make_view(shell) -> TextView | WidgetView:
         except ImportError:
             pass
     return TextView()
+
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|PRIVATE", re.IGNORECASE)
+"""An environment variable whose name says it holds a secret: a dry run shows its value as ****."""
+CELLSCALE_SETS = (
+    "CELLSCALE_JOB_ID, CELLSCALE_ATTEMPT, CELLSCALE_NODE, CELLSCALE_JOB_DIR, RANK, LOCAL_RANK, WORLD_SIZE, "
+    "CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS"
+)
+
+
+def environment_lines(env: dict[str, str], hidden: Callable[[str], bool] = lambda _value: False) -> list[str]:
+    """A dry run's view of the environment every rank gets: the --env variables, a secret's value
+    (by its name, or `hidden`: the control plane's own token) as ****, then what cellscale sets."""
+    if not env:
+        return [f"[cellscale] environment: no --env; cellscale sets {CELLSCALE_SETS} (and the launcher its own)"]
+    lines = [f"[cellscale] environment: --env as below; cellscale adds {CELLSCALE_SETS} (and the launcher its own)"]
+    for key, value in env.items():
+        shown = "****" if SECRET_NAME.search(key) or hidden(value) else value
+        lines.append(f"  {key}={shown}")
+    return lines

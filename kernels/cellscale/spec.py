@@ -437,8 +437,8 @@ class JobSpec(Strict):
         size = env_bytes(env)
         if size > MAX_ENV_BYTES:
             raise ValueError(
-                f"the environment is {size} bytes, more than {MAX_ENV_BYTES // 1024} KiB; "
-                "ship large values as a file or with --inputs"
+                f"{size / 1024:.1f} KiB of environment ({size} bytes, each KEY=VALUE with its NUL); a job's "
+                f"environment may be at most {MAX_ENV_BYTES // 1024} KiB: ship large values as a file or with --inputs"
             )
         return env
 

@@ -25,6 +25,9 @@ class RecordingClient:
         self.calls.append("render")
         return RenderView(backend="local", script="#!/bin/sh\nexec supervisor\n")
 
+    def holds_token(self, value):
+        return "hub-token-123" in value
+
     def upload_inputs(self, blob):
         self.calls.append("upload")
         self.blob = blob
@@ -250,6 +253,39 @@ def test_list_shows_each_job_by_its_title_in_a_column(shell, capsys):
         "cs-000000000001  cell              RUNNING · 00:00 · attempt - · 8 CPUs · 4 GiB on local · because",
         "cs-000000000002  train.ipynb [12]  RUNNING · 00:00 · attempt - · 1 CPU on local · because",
     ]
+
+
+def test_a_dry_run_shows_the_environment_with_secrets_masked(shell, capsys):
+    line = (
+        "--gpus 1 --dry-run --env LR=0.1 --env HF_TOKEN=hf_abc --env DB_PASSWORD=pw --env AWS_SECRET_ACCESS_KEY=s "
+        "--env MY_CREDENTIALS=c --env COPY=hub-token-123"
+    )
+    client = RecordingClient()
+    assert run(shell, client, line).success
+    out = capsys.readouterr().out
+    assert out.splitlines()[-7:] == [
+        "[cellscale] environment: --env as below; cellscale adds CELLSCALE_JOB_ID, CELLSCALE_ATTEMPT, CELLSCALE_NODE, "
+        "CELLSCALE_JOB_DIR, RANK, LOCAL_RANK, WORLD_SIZE, CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS "
+        "(and the launcher its own)",
+        "  LR=0.1",
+        "  HF_TOKEN=****",
+        "  DB_PASSWORD=****",
+        "  AWS_SECRET_ACCESS_KEY=****",
+        "  MY_CREDENTIALS=****",
+        "  COPY=****",  # the control plane's own token, whatever its name
+    ]
+    assert "hf_abc" not in out and "hub-token-123" not in out and client.calls == ["render"]
+
+
+def test_an_environment_too_large_is_refused_with_its_size_before_anything_is_sent(shell):
+    client = RecordingClient()
+    shell.user_ns["big"] = "x" * 300 * 1024
+    result = run(shell, client, "--gpus 1 --env BIG=$big")  # IPython puts the variable's value in the line
+    assert not result.success and client.calls == []
+    assert str(result.error_in_exec) == (
+        "--env: 300.0 KiB of environment (307205 bytes, each KEY=VALUE with its NUL); a job's environment may be "
+        "at most 64 KiB: ship large values as a file or with --inputs"
+    )
 
 
 ESTIMATE = CostEstimate(
