@@ -67,7 +67,8 @@ def test_the_readme_cell_streams_logs_is_named_by_its_notebook_and_returns_its_o
     assert run.reply["status"] == "ok", run.text
     job = latest_job(hub, token, "alice")
     assert job["phase"] == "SUCCEEDED"
-    assert (job["title"], job["name"]) == ("train.ipynb [1]", "train.ipynb-1")  # the notebook and the cell
+    count = run.reply["execution_count"]  # what the notebook shows beside the cell: In [count]
+    assert (job["title"], job["name"]) == (f"train.ipynb [{count}]", f"train.ipynb-{count}")
     finished = datetime.fromisoformat(job["finished_at"]).timestamp()
     first_line = run.first_arrival("[rank 0] step 0 loss")
     assert first_line is not None, run.text
@@ -76,7 +77,7 @@ def test_the_readme_cell_streams_logs_is_named_by_its_notebook_and_returns_its_o
     value = k.execute("print(repr(loss))")
     assert float(value.text.strip()) >= 0
     listed = k.execute("%cluster list").text.splitlines()
-    assert any(re.match(rf"^{job['id']}  train\.ipynb \[1\] +SUCCEEDED · ", line) for line in listed), listed
+    assert any(re.match(rf"^{job['id']}  train\.ipynb \[{count}\] +SUCCEEDED · ", line) for line in listed), listed
 
     # visible to its owner and desk, invisible to another desk
     assert api(hub, token("carol")).get(f"jobs/{job['id']}").status_code == 200
