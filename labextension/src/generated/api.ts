@@ -47,7 +47,9 @@ export interface paths {
         };
         /**
          * Desk Quota
-         * @description The quota of the cluster queues your desks submit to: used, borrowed, waiting.
+         * @description The quota of the cluster queues your desks submit to: used, borrowed, waiting; on the
+         *     flavors whose backend this control plane runs (a tenancy's Slurm quota is not listed where
+         *     no Slurm backend is configured).
          */
         get: operations["desk_quota_api_quota_get"];
         put?: never;
@@ -1143,6 +1145,12 @@ export interface components {
              * @description Sum of the memory quotas, MiB (None: none).
              */
             memory_mb_nominal_total?: number | null;
+            /**
+             * Gpu Hours
+             * @description GPU-hours held on it so far, every desk's (the cost ledger).
+             * @default 0
+             */
+            gpu_hours: number;
         };
         /** FlavorUsage */
         FlavorUsage: {
