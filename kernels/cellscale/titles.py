@@ -48,8 +48,19 @@ def cell_title(shell, source: str) -> str | None:
     `train.ipynb [12]`; elsewhere its first meaningful line."""
     session = shell.user_ns.get("__session__") or os.environ.get("JPY_SESSION_NAME")
     if isinstance(session, str) and printable(PurePath(session).name):
-        return f"{printable(PurePath(session).name, NOTEBOOK_CHARS)} [{shell.execution_count}]"
+        return f"{printable(PurePath(session).name, NOTEBOOK_CHARS)} [{cell_number(shell, source)}]"
     return first_line(source)
+
+
+def cell_number(shell, source: str) -> int:
+    """The running cell's In [N]. IPython 9 counts a cell it keeps in its history before running
+    it (`execution_count` is then N + 1, and the history's newest entry is this cell); earlier
+    versions count after, and a cell not kept (`store_history=False`) is not counted."""
+    count, body = shell.execution_count, source.strip()
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    if body and history is not None and len(history) == count > 1 and body in history[-1]:
+        return count - 1
+    return count
 
 
 def origin_title(origin: Origin) -> str:

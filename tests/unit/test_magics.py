@@ -217,10 +217,13 @@ def test_the_attached_status_line_shows_gpus_cpus_and_memory(shell, capsys):
 def test_a_notebook_cell_is_named_by_its_notebook_and_execution_count(shell):
     shell.user_ns["__session__"] = "/home/alice/experiments/train.ipynb"  # ipykernel's, from JPY_SESSION_NAME
     client = RecordingClient()
-    count = shell.execution_count
-    assert run(shell, client, "--gpus 1", cell="import torch\nmodel.fit(x)\n").success
-    assert client.spec.title == f"train.ipynb [{count}]"
-    assert client.spec.name == f"train.ipynb-{count}"
+    shell.register_magics(ClusterMagics(shell, client=client))
+    shell.run_cell("x = 1", store_history=True)  # a cell before it: this one is In [2]
+    result = shell.run_cell(
+        "%%cluster --gpus 1\nimport torch\nmodel.fit(x)\n", store_history=True
+    )  # as a kernel runs it
+    assert result.success and result.execution_count == 2
+    assert (client.spec.title, client.spec.name) == ("train.ipynb [2]", "train.ipynb-2")
 
 
 def test_in_a_terminal_ipython_a_cell_is_named_by_its_first_meaningful_line(shell):
