@@ -281,7 +281,7 @@ def _accepted_edits(page: Page, admin_api) -> None:
     expect(row.get_by_label("lending limit desk-a local", exact=True)).to_have_value("")
     expect(row.get_by_role("img")).to_have_attribute("aria-label", re.compile(r"^\d+ used of 3 nominal, \d+ borrowed$"))
     local = page.get_by_role("table", name="Flavors").locator("tbody tr").filter(has_text=re.compile("^local"))
-    expect(local.locator("td").last).to_have_text("4 GPUs · 8 CPUs · 16 GiB")
+    expect(local.locator("td").nth(5)).to_have_text("4 GPUs · 8 CPUs · 16 GiB")
 
     first = page.get_by_role("table", name="Audit log").locator("tbody tr").first.locator("td")
     expect(first.nth(1)).to_have_text("admin")
