@@ -34,9 +34,10 @@ from pathlib import Path
 import httpx
 
 from cellscale.client import ApiError, Client
-from cellscale.display import TextView, status_line
+from cellscale.display import TextView, environment_lines, job_table, status_line
 from cellscale.magicargs import MagicArgs, MagicUsageError, parse_args
 from cellscale.promote import add_arguments, promote_args
+from cellscale.titles import printable
 from cellscale.vocabulary import Phase
 
 SWEEP_HINT = "a sweep: cellscale submit FILE --sweep GRID.csv (e.g. --sweep grid.csv --max-parallel 8)"
@@ -114,14 +115,15 @@ def _parser() -> argparse.ArgumentParser:
 def _submit(args, rest: list[str]) -> int:
     grid, argv = _take_sweep([*args.options, *rest])
     if grid is not None:
-        return _submit_sweep(args.file, grid, parse_args(argv, sweep=True))
-    options = parse_args(argv, sweep_hint=SWEEP_HINT)
+        return _submit_sweep(args.file, grid, _titled(parse_args(argv, sweep=True), args.file))
+    options = _titled(parse_args(argv, sweep_hint=SWEEP_HINT), args.file)
     spec = options.to_spec(_source(args.file))
     if options.inputs:
         raise MagicUsageError("--inputs names notebook variables; a script reads its own data")
     client = Client.from_env()
     if options.dry_run:
         print(client.render(spec).script, end="")
+        print("\n".join(environment_lines(spec.env, client.holds_token)), file=sys.stderr)
         return 0
     job = client.submit(spec)
     print(job.id)
@@ -134,6 +136,13 @@ def _submit(args, rest: list[str]) -> int:
     job = client.get(job.id)
     view.status(job)
     return 0 if job.phase is Phase.SUCCEEDED else 1
+
+
+def _titled(options: MagicArgs, file: Path) -> MagicArgs:
+    """Named after the file it runs (`train.py`) unless --name names it."""
+    if options.name is not None:
+        return options
+    return options.model_copy(update={"title": printable(file.name) or None})
 
 
 def _take_sweep(argv: list[str]) -> tuple[Path | None, list[str]]:
@@ -170,6 +179,7 @@ def _submit_sweep(file: Path, grid: Path, options: MagicArgs) -> int:
     client = Client.from_env()
     if options.dry_run:
         print(client.render(plan.spec).script, end="")
+        print("\n".join(environment_lines(plan.spec.env, client.holds_token)), file=sys.stderr)
         return 0
     sweep = plan.submit(client, None, fetch_results=False, stream=sys.stderr)
     print(sweep.job_id)
@@ -246,8 +256,8 @@ def _source(path: Path) -> str:
 
 
 def _list(args, _rest) -> int:
-    for job in Client.from_env().list(scope=args.scope, phase=args.phase).items:
-        print(status_line(job))
+    for line in job_table(Client.from_env().list(scope=args.scope, phase=args.phase).items):
+        print(line)
     return 0
 
 

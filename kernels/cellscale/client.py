@@ -126,6 +126,11 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
+    def holds_token(self, value: str) -> bool:
+        """Whether `value` contains this client's token (a dry run never shows it)."""
+        token = self._http.headers.get("Authorization", "").removeprefix("token ")
+        return bool(token) and token in value
+
     # -- plumbing --------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, retries: int = 0, **kwargs) -> httpx.Response:
         try:

@@ -55,6 +55,7 @@ from cellscale.magicargs import MagicArgs, MagicUsageError
 from cellscale.points import points_of
 from cellscale.spec import MAX_ORIGIN_PARTITIONS, JobSpec, JobView, Origin
 from cellscale.sweep import FN_NAME, MAP_SOURCE, Sweep, SweepPlan
+from cellscale.titles import origin_title
 from cellscale.vocabulary import Launcher, Phase, PointStatus
 from cellscale.wire import explain
 
@@ -331,7 +332,8 @@ class _StepRun:
         context = self.context
         key = idempotency_key(context.run_id, step_key(context), self.keys, context.retry_number)
         record_external_launch(context, client_name=CLIENT_NAME, external_run_id=key, extras={"code": self.code})
-        spec = spec.model_copy(update={"origin": origin_of(context, self.keys, self.pipes.dagster_url)})
+        origin = origin_of(context, self.keys, self.pipes.dagster_url)
+        spec = spec.model_copy(update={"origin": origin, "title": origin_title(origin)})
         if blob is not None:
             spec = spec.model_copy(update={"inputs_sha256": self.client.upload_inputs(blob).sha256})
         elif inputs_file is not None and spec.inputs_sha256:

@@ -4,7 +4,9 @@ text in a terminal IPython."""
 from __future__ import annotations
 
 import html
+import re
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from cellscale.spec import (
@@ -29,7 +31,27 @@ PHASE_COLOURS = {
 }
 
 
+LIST_TITLE_CHARS = 40
+"""Widest title column of `%cluster list` and `cellscale list` (a longer title is cut with …)."""
+
+
 def status_line(job: JobView) -> str:
+    """`cs-0123abcd4567 · train.ipynb [12] · RUNNING · 01:05 · attempt 1 · 2 GPUs · 8 CPUs on local`."""
+    return " · ".join([job.id, job.title, *_state_parts(job)])
+
+
+def job_table(jobs: list[JobView]) -> list[str]:
+    """One line per job, its title in a column (`%cluster list`, `cellscale list`):
+    `cs-0123abcd4567  train.ipynb [12]   RUNNING · 01:05 · attempt 1 · 2 GPUs · 8 CPUs on local`."""
+    titles = [t if len(t) <= LIST_TITLE_CHARS else t[: LIST_TITLE_CHARS - 1] + "…" for t in (j.title for j in jobs)]
+    width = max(map(len, titles), default=0)
+    return [
+        f"{job.id}  {title:<{width}}  {' · '.join(_state_parts(job))}" for job, title in zip(jobs, titles, strict=True)
+    ]
+
+
+def _state_parts(job: JobView) -> list[str]:
+    """The status line after the job's id and title: phase, time, attempt, resources, why."""
     start = job.started_at or job.created_at
     end = job.finished_at or datetime.now(UTC)
     seconds = max(0, int((end - start).total_seconds()))
@@ -42,7 +64,6 @@ def status_line(job: JobView) -> str:
     else:
         what = [f"attempt {len(job.attempts) or '-'}", resource_words(job.spec.resources)]
     parts = [
-        job.id,
         job.phase.value,
         f"{seconds // 60:02d}:{seconds % 60:02d}",
         what[0],
@@ -56,7 +77,7 @@ def status_line(job: JobView) -> str:
         parts.append(job.pending.staging)
     if job.preempting:
         parts.append("being preempted: checkpoint now")
-    return " · ".join(p for p in parts if p)
+    return [p for p in parts if p]
 
 
 def _where(job: JobView) -> str:
@@ -291,3 +312,23 @@ def make_view(shell) -> TextView | WidgetView:
         except ImportError:
             pass
     return TextView()
+
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|PRIVATE", re.IGNORECASE)
+"""An environment variable whose name says it holds a secret: a dry run shows its value as ****."""
+CELLSCALE_SETS = (
+    "CELLSCALE_JOB_ID, CELLSCALE_ATTEMPT, CELLSCALE_NODE, CELLSCALE_JOB_DIR, RANK, LOCAL_RANK, WORLD_SIZE, "
+    "CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS"
+)
+
+
+def environment_lines(env: dict[str, str], hidden: Callable[[str], bool] = lambda _value: False) -> list[str]:
+    """A dry run's view of the environment every rank gets: the --env variables, a secret's value
+    (by its name, or `hidden`: the control plane's own token) as ****, then what cellscale sets."""
+    if not env:
+        return [f"[cellscale] environment: no --env; cellscale sets {CELLSCALE_SETS} (and the launcher its own)"]
+    lines = [f"[cellscale] environment: --env as below; cellscale adds {CELLSCALE_SETS} (and the launcher its own)"]
+    for key, value in env.items():
+        shown = "****" if SECRET_NAME.search(key) or hidden(value) else value
+        lines.append(f"  {key}={shown}")
+    return lines

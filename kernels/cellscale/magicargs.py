@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cellscale.spec import JobSpec, Launcher, Resources, Retries, Sweep, parse_memory_mb
+from cellscale.titles import slug
 from cellscale.wire import explain
 
 
@@ -46,7 +47,10 @@ class MagicArgs(BaseModel):
     retries_timeout: int = 0
     retries_user: int = 0
     stall_timeout: float | None = None
-    name: str = "cell"
+    name: str | None = Field(None, description="--name: the job's name (a slug); absent: made from its title")
+    title: str | None = Field(
+        None, description="where it came from (`train.ipynb [12]`): set by the magic and the command line, not a flag"
+    )
     time: int = 60
     switches: int | None = None
     env: dict[str, str] = Field(default_factory=dict)
@@ -110,7 +114,8 @@ class MagicArgs(BaseModel):
             raise MagicUsageError(explain(exc)) from None
         try:
             return JobSpec(
-                name=self.name,
+                name=self.name or slug(self.title) or "cell",
+                title=self.title,
                 launcher=self.launcher,
                 resources=resources,
                 queue=self.queue,

@@ -22,11 +22,12 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from cellscale import promote
 from cellscale.bundle import InputError, pack_inputs
 from cellscale.client import RETRYABLE, ApiError, Client
-from cellscale.display import describe, make_view, status_line
+from cellscale.display import describe, environment_lines, job_table, make_view, status_line
 from cellscale.magicargs import MagicArgs, MagicUsageError, parse_line, usage
 from cellscale.points import GridError
-from cellscale.spec import JobView, Phase
+from cellscale.spec import JobSpec, JobView, Phase
 from cellscale.sweep import Sweep, SweepPlan, announce
+from cellscale.titles import cell_title
 
 STATUS_REFRESH_SECONDS = 1.0
 RECONNECT_SECONDS = 180.0
@@ -72,17 +73,15 @@ class ClusterMagics(Magics):
     # -- %%cluster ---------------------------------------------------------------------------
     def _run_cell(self, line: str, cell: str):
         args = parse_line(line)
+        if args.name is None:  # named by where it came from: the notebook and cell, or its first line
+            args = args.model_copy(update={"title": cell_title(self.shell, cell)})
         if args.sweep:
             return self._run_map(args, cell)
         unsent = "0" * 64 if args.inputs else None  # stands for the bundle until it is uploaded
         spec = args.to_spec(cell, unsent)  # validates everything before anything is sent
         blob = pack_inputs(self.shell.user_ns, args.inputs) if args.inputs else None
         if args.dry_run:
-            rendered = self.client.render(spec)
-            print(rendered.script)
-            if rendered.estimate:
-                print(f"[cellscale] would cost {rendered.estimate.words}")
-            return None
+            return self._dry_run(spec)
         if blob is not None:
             spec = args.to_spec(cell, self.client.upload_inputs(blob).sha256)
         job = self.client.submit(spec)
@@ -112,11 +111,7 @@ class ClusterMagics(Magics):
             raise MagicUsageError(f"--over {args.over}: {exc}") from None
         blob = pack_inputs(self.shell.user_ns, args.inputs) if args.inputs else None
         if args.dry_run:
-            rendered = self.client.render(plan.spec)
-            print(rendered.script)
-            if rendered.estimate:
-                print(f"[cellscale] would cost {rendered.estimate.words}")
-            return None
+            return self._dry_run(plan.spec)
         sweep = plan.submit(self.client, blob)
         print(announce(sweep))
         if args.bind_as:
@@ -127,6 +122,15 @@ class ClusterMagics(Magics):
             print(f"[cellscale] follow it with: {args.bind_as or f'%cluster attach {sweep.job_id}'}")
             return None
         return sweep
+
+    def _dry_run(self, spec: JobSpec) -> None:
+        """The exact script the backend would run, what it would cost, and the environment every
+        rank would get (secrets as ****); nothing is submitted."""
+        rendered = self.client.render(spec)
+        print(rendered.script)
+        if rendered.estimate:
+            print(f"[cellscale] would cost {rendered.estimate.words}")
+        print("\n".join(environment_lines(spec.env, self.client.holds_token)))
 
     def attach(self, job_id: str):
         """Show the job live until it ends, then bring its outputs into the notebook. A sweep:
@@ -228,8 +232,8 @@ class ClusterMagics(Magics):
             print(f"[cellscale] {promote.promote_args(self.client, args)}")
             return None
         if verb == "list":
-            for job in self.client.list(scope=rest[0] if rest else "mine").items:
-                print(status_line(job))
+            for line in job_table(self.client.list(scope=rest[0] if rest else "mine").items):
+                print(line)
             return None
         if verb in {"status", "attach", "logs", "cancel"}:
             if len(rest) != 1:

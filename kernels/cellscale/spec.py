@@ -16,7 +16,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    computed_field,
+    field_validator,
+    model_validator,
+)
 
 from cellscale.vocabulary import (
     AttemptState,
@@ -90,6 +98,17 @@ Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 ResultKey = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 OriginText = Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f\x7f]*$")]
 """A run id, step, asset, partition or link a workflow engine names a job by: printable, one line."""
+MAX_TITLE_CHARS = 120
+"""Longest job title (what the notebook, panel and command line show a job as)."""
+Title = Annotated[
+    str,
+    StringConstraints(
+        min_length=1,
+        max_length=MAX_TITLE_CHARS,
+        pattern=r"^[^\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]+$",
+    ),
+]
+"""A job's title: one line of printable text (no control, line-break or bidi characters)."""
 MAX_ORIGIN_PARTITIONS = 20
 """Partitions an Origin lists by name (a backfill's job lists the first ones and counts all)."""
 
@@ -269,7 +288,12 @@ class DatasetRef(Strict):
 class JobSpec(Strict):
     """What a user asks for. Validated completely before anything is stored."""
 
-    name: Name = "cell"
+    name: Name = Field("cell", description="A slug: what --name sets and GET /api/jobs?name= matches.")
+    title: Title | None = Field(
+        None,
+        description="How it is shown: where it came from (`train.ipynb [12]`, a cell's first line, a file, an asset "
+        "and partition), at most 120 printable characters on one line; absent: its name. Never in a backend's script.",
+    )
     launcher: Launcher = Launcher.torchrun
     resources: Resources = Field(default_factory=Resources)
     queue: QueueName | None = Field(None, description="LocalQueue of the user's tenant; its default when absent.")
@@ -413,8 +437,8 @@ class JobSpec(Strict):
         size = env_bytes(env)
         if size > MAX_ENV_BYTES:
             raise ValueError(
-                f"the environment is {size} bytes, more than {MAX_ENV_BYTES // 1024} KiB; "
-                "ship large values as a file or with --inputs"
+                f"{size / 1024:.1f} KiB of environment ({size} bytes, each KEY=VALUE with its NUL); a job's "
+                f"environment may be at most {MAX_ENV_BYTES // 1024} KiB: ship large values as a file or with --inputs"
             )
         return env
 
@@ -700,6 +724,12 @@ class JobView(BaseModel):
     cost: JobCost | None = Field(None, description="What it held, used and cost so far (None: never held GPUs).")
     sweep: SweepProgress | None = Field(None, description="A sweep's points by status (sweeps only).")
     io: IoProfileView | None = Field(None, description="Its newest ended attempt's I/O profile (null: none measured).")
+
+    @computed_field(description="What it is shown as: its spec's title, else its name.")
+    @property
+    def title(self) -> str:
+        return self.spec.title or self.name
+
     service_gpu_hours: float = Field(
         0.0,
         description="Service received so far, in GPU-equivalent hours (held hours × its GPUs, CPUs and memory under "

@@ -73,6 +73,7 @@ def test_quota_change_is_applied_and_audited(plane):
             "capacity_memory_mb": plane.driver.memory_mb,
             "cpu_nominal_total": None,
             "memory_mb_nominal_total": None,
+            "gpu_hours": 0.0,
         }
     ]
     latest = plane.http.get("/api/admin/audit", headers=plane.as_("admin")).json()[0]

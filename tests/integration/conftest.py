@@ -185,9 +185,9 @@ def server(hub):
 def kernel(hub, token, server):
     kernels = []
 
-    def open_kernel(user: str) -> RemoteKernel:
+    def open_kernel(user: str, notebook: str | None = None) -> RemoteKernel:
         server(user)
-        k = RemoteKernel(hub.url, user, token(user))
+        k = RemoteKernel(hub.url, user, token(user), notebook)
         kernels.append(k)
         return k
 

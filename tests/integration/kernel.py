@@ -26,11 +26,19 @@ class Execution:
 
 
 class RemoteKernel:
-    def __init__(self, base_url: str, user: str, token: str):
+    def __init__(self, base_url: str, user: str, token: str, notebook: str | None = None):
+        """`notebook`: start it as JupyterLab does for an open notebook (a session with that path:
+        the kernel gets JPY_SESSION_NAME); else a bare kernel."""
         self.http = httpx.Client(
             base_url=f"{base_url}/user/{user}/api/", headers={"Authorization": f"token {token}"}, timeout=60
         )
-        self.kernel_id = self.http.post("kernels", json={"name": "python3"}).raise_for_status().json()["id"]
+        self.session_id = None
+        if notebook:
+            body = {"path": notebook, "name": notebook, "type": "notebook", "kernel": {"name": "python3"}}
+            session = self.http.post("sessions", json=body).raise_for_status().json()
+            self.session_id, self.kernel_id = session["id"], session["kernel"]["id"]
+        else:
+            self.kernel_id = self.http.post("kernels", json={"name": "python3"}).raise_for_status().json()["id"]
         ws_url = f"{base_url.replace('http', 'ws', 1)}/user/{user}/api/kernels/{self.kernel_id}/channels"
         self.ws = websocket.create_connection(ws_url, header=[f"Authorization: token {token}"], timeout=600)
         self.session = uuid.uuid4().hex
@@ -83,7 +91,7 @@ class RemoteKernel:
 
     def close(self) -> None:
         self.ws.close()
-        self.http.delete(f"kernels/{self.kernel_id}")
+        self.http.delete(f"sessions/{self.session_id}" if self.session_id else f"kernels/{self.kernel_id}")
         self.http.close()
 
 

@@ -138,6 +138,7 @@ def _flavor_cells(f: dict) -> list[str]:
         str(f["capacity_gpus"]) if configured else "backend not configured",
         *counted,
         " · ".join(totals),
+        f"{f['gpu_hours']:.2f}",
     ]
 
 
@@ -178,6 +179,9 @@ def _check_page(page: Page, admin_api) -> None:
             )
             expect(row.locator(".used")).to_have_text(f"{f['used']} / {f['nominal']}")
             _check_cpu_and_memory(page, usage["cluster_queue"], f)
+    # a queue's GPU-hours once beside all of its rows, not repeated on each flavor's
+    queue_hours = page.get_by_role("table", name="Quotas and usage").locator('td[data-field="gpu-hours"]')
+    expect(queue_hours).to_have_text([f"{usage['gpu_hours']:.2f}" for usage in view["usage"]])
     expect(page.get_by_role("table", name="Audit log")).to_be_visible()
     expect(page.get_by_role("alert")).to_be_hidden()
 
@@ -277,7 +281,7 @@ def _accepted_edits(page: Page, admin_api) -> None:
     expect(row.get_by_label("lending limit desk-a local", exact=True)).to_have_value("")
     expect(row.get_by_role("img")).to_have_attribute("aria-label", re.compile(r"^\d+ used of 3 nominal, \d+ borrowed$"))
     local = page.get_by_role("table", name="Flavors").locator("tbody tr").filter(has_text=re.compile("^local"))
-    expect(local.locator("td").last).to_have_text("4 GPUs · 8 CPUs · 16 GiB")
+    expect(local.locator("td").nth(5)).to_have_text("4 GPUs · 8 CPUs · 16 GiB")
 
     first = page.get_by_role("table", name="Audit log").locator("tbody tr").first.locator("td")
     expect(first.nth(1)).to_have_text("admin")

@@ -101,6 +101,7 @@ def test_one_day_is_one_job_per_step_and_matches_the_notebook(alice, kernel, slu
         job = alice.client.get(job_id)
         assert job.phase is Phase.SUCCEEDED and len(job.attempts) == 1 and job.backend == "slurm"
         assert job.spec.origin.asset == asset and job.spec.origin.partitions == [DAY]
+        assert job.title == f"{asset} [{DAY}]"  # as the panel, %cluster list and cellscale list show it
         expected = {f"{job_id}-a1-s1"} if asset == "backtest" else {f"{job_id}-a1"}
         assert slurm_names(slurm_cluster, job_id) == expected, asset  # one allocation, or ONE array
     assert meta["model"]["ranks"] == 2 and meta["backtest"]["cellscale/points"] == 20
@@ -238,4 +239,5 @@ def test_a_backfill_of_100_days_is_one_sweep_materializing_each_day_once(alice):
     assert sorted(e.partition for e in events) == keys  # each day once
     (job,) = jobs_of(alice.client, {result.run_id})
     assert job.spec.sweep.points == 100 and job.sweep.done == 100 and job.spec.origin.partition_count == 100
+    assert job.title == f"daily_check [100 partitions from {keys[0]}]"
     print(f"backfill of 100 days: submitted in {events[0].materialization.metadata['cellscale/submit_s'].value} s")

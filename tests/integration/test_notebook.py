@@ -5,10 +5,12 @@ land in the kernel; desks are isolated; the control plane survives kill -9 mid-j
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -16,22 +18,14 @@ from tests.integration.conftest import api
 
 pytestmark = pytest.mark.integration
 
-DDP_CELL = """%%cluster --gpus 2 --launcher torchrun --outputs loss --name ddp
-import time, torch, torch.distributed as dist
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-torch.manual_seed(0)
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(5):
-    x = torch.randn(16, 8); y = x.sum(dim=1, keepdim=True)
-    opt.zero_grad(); l = torch.nn.functional.mse_loss(model(x), y); l.backward(); opt.step()
-    print(f"step {step} loss {l.item():.4f} world {dist.get_world_size()}", flush=True)
-    time.sleep(0.5)
-time.sleep(3)
-loss = l.item()
-dist.destroy_process_group()
-"""
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_cell() -> str:
+    """The README's example cell, as a reader pastes it into a notebook."""
+    block = README.read_text().split("```python\n%%cluster --gpus 2 --launcher torchrun", 1)[1]
+    return "%%cluster --gpus 2 --launcher torchrun" + block.split("```", 1)[0]
+
 
 RAY_CELL = """%%cluster --gpus 2 --launcher ray --outputs seen --name raycell
 import os, ray
@@ -67,19 +61,23 @@ def latest_job(hub, token, user):
     return api(hub, token(user)).get("jobs", params={"limit": 1}).json()["items"][0]
 
 
-def test_ddp_cell_streams_logs_and_returns_its_output(hub, token, kernel):
-    k = kernel("alice")
-    run = k.execute(DDP_CELL, timeout=300)
+def test_the_readme_cell_streams_logs_is_named_by_its_notebook_and_returns_its_output(hub, token, kernel):
+    k = kernel("alice", notebook="work/train.ipynb")  # as JupyterLab starts it: JPY_SESSION_NAME
+    run = k.execute(readme_cell(), timeout=300)
     assert run.reply["status"] == "ok", run.text
     job = latest_job(hub, token, "alice")
-    assert job["phase"] == "SUCCEEDED" and job["name"] == "ddp"
+    assert job["phase"] == "SUCCEEDED"
+    count = run.reply["execution_count"]  # what the notebook shows beside the cell: In [count]
+    assert (job["title"], job["name"]) == (f"train.ipynb [{count}]", f"train.ipynb-{count}")
     finished = datetime.fromisoformat(job["finished_at"]).timestamp()
-    first_line = run.first_arrival("[rank 0] step 0")
+    first_line = run.first_arrival("[rank 0] step 0 loss")
     assert first_line is not None, run.text
     assert first_line < finished - 2, "rank lines must arrive while the job runs, not at the end"
-    assert "[rank 1] step 4" in run.text and "world 2" in run.text
+    assert "[rank 1] step 9 loss" in run.text
     value = k.execute("print(repr(loss))")
     assert float(value.text.strip()) >= 0
+    listed = k.execute("%cluster list").text.splitlines()
+    assert any(re.match(rf"^{job['id']}  train\.ipynb \[{count}\] +SUCCEEDED · ", line) for line in listed), listed
 
     # visible to its owner and desk, invisible to another desk
     assert api(hub, token("carol")).get(f"jobs/{job['id']}").status_code == 200

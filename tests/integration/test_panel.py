@@ -24,7 +24,7 @@ from tests.integration.conftest import ARTIFACTS, PASSWORD, Hub, api
 pytestmark = pytest.mark.integration
 
 NOTEBOOK = "panel-test.ipynb"
-CELL = """%%cluster --gpus 1 --launcher plain --name panel-test
+CELL = """%%cluster --gpus 1 --launcher plain
 import tempfile, time, torch
 from cellscale.checkpoint import Checkpointer
 ckpt = Checkpointer(tempfile.mkdtemp(prefix="panel-test-"))
@@ -125,6 +125,10 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         # the job appears in the list, live; its detail follows the log while it runs
         row = jobs.locator("button.jp-cellscale-jobrow", has_text="panel-test")
         expect(row).to_have_count(1, timeout=30_000)
+        # named by its notebook and cell (no --name): the In [N] the notebook shows, checked once the cell ends
+        name = row.locator(".jp-cellscale-jobname")
+        expect(name).to_have_text(re.compile(r"^panel-test\.ipynb \[\d+\]$"))
+        title = name.text_content()
         job_id = row.get_attribute("data-job")
         assert re.fullmatch(r"cs-[0-9a-f]{12}", job_id), job_id
         # a second job that cannot fit beside it (desk-a can get 4 local GPUs at most): it waits
@@ -141,8 +145,8 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         )
         waiter_id = waiter.raise_for_status().json()["id"]
         row.click()
-        detail = panel.get_by_role("region", name="Job panel-test", exact=True)
-        log = detail.get_by_role("log", name="Log of panel-test")
+        detail = panel.get_by_role("region", name=f"Job {title}", exact=True)
+        log = detail.get_by_role("log", name=f"Log of {title}")
         expect(log).to_have_attribute("aria-live", "off")
         expect(log).to_contain_text("[rank 0] step 2", timeout=60_000)
         expect(detail.locator("[data-phase]").first).to_have_attribute("data-phase", "RUNNING")
@@ -186,7 +190,7 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         panel.screenshot(path=ARTIFACTS / "panel-pending.png")
         control_plane.post(f"jobs/{waiter_id}/cancel").raise_for_status()
         row.click()
-        expect(panel.get_by_role("region", name="Job panel-test", exact=True)).to_be_visible()
+        expect(panel.get_by_role("region", name=f"Job {title}", exact=True)).to_be_visible()
 
         # copy the id; insert an attach cell into the notebook
         detail.get_by_role("button", name=f"Copy job id {job_id}").click()
@@ -198,7 +202,7 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         expect(attach_cell).to_have_count(1)
 
         # cancel, confirmed in a dialog; the panel shows it end and the log complete
-        detail.get_by_role("button", name="Cancel job panel-test").click()
+        detail.get_by_role("button", name=f"Cancel job {title}").click()
         page.get_by_role("dialog").get_by_role("button", name="Cancel job").click()
         expect(detail.locator("[data-phase]").first).to_have_attribute("data-phase", "CANCELLED", timeout=30_000)
         expect(row.locator("[data-phase]")).to_have_attribute("data-phase", "CANCELLED")
@@ -206,7 +210,9 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         expect(detail.get_by_role("list", name="Timeline")).to_contain_text("CancelRequested (by alice)")
         attempts = detail.get_by_role("list", name="Attempts")
         expect(attempts.locator("li").first).to_contain_text("#1 on local · cancelled")
-        expect(detail.get_by_role("button", name="Cancel job panel-test")).to_be_disabled()
+        expect(detail.get_by_role("button", name=f"Cancel job {title}")).to_be_disabled()
+        prompt = notebook.locator(".jp-Cell").first.locator(".jp-InputPrompt")
+        expect(prompt).to_have_text(f"[{title.split('[')[1]}:")  # the job's [N] is the cell's In [N]
         detail.get_by_text("Backend script (dry run)").click()
         expect(detail.get_by_label("Backend script")).to_contain_text("#!")
         page.screenshot(path=ARTIFACTS / "panel-cancelled.png")

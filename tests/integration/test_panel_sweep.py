@@ -115,6 +115,8 @@ def test_a_sweep_is_one_row_with_its_progress_and_its_points_on_demand(
         # ONE row in the panel for its 250 points, live while they run
         row = jobs.locator(f'button[data-job="{job_id}"]')
         expect(row).to_have_count(1, timeout=30_000)
+        expect(row.locator(".jp-cellscale-jobname")).to_have_text(re.compile(r"^sweep-panel-test\.ipynb \[\d+\]$"))
+        title = row.locator(".jp-cellscale-jobname").text_content()  # named by its notebook and cell
         expect(row.locator(".jp-cellscale-sweeptext")).to_have_text(re.compile(r"^\d+/250$"))
 
         expect(label).to_contain_text("250/250 done", timeout=240_000)
@@ -136,15 +138,15 @@ def test_a_sweep_is_one_row_with_its_progress_and_its_points_on_demand(
 
         # its detail: the progress line and bar; the points only when asked, a page at a time
         row.click()
-        detail = panel.get_by_role("region", name="Job cell", exact=True)
+        detail = panel.get_by_role("region", name=f"Job {title}", exact=True)
         points = detail.get_by_role("region", name="Points")
         expect(points.locator(".jp-cellscale-sweepline")).to_have_text(
             re.compile(r"^250/250 done · job succeeded · up to 4 tasks at once$")
         )
-        progress = points.get_by_role("progressbar", name="Points of cell")
+        progress = points.get_by_role("progressbar", name=f"Points of {title}")
         expect(progress).to_have_attribute("aria-valuenow", "250")
         expect(progress).to_have_attribute("aria-valuemax", "250")
-        table = points.get_by_role("table", name="Points of cell")
+        table = points.get_by_role("table", name=f"Points of {title}")
         expect(table).to_be_hidden()
         show = points.get_by_role("button", name="Show points")
         expect(show).to_have_attribute("aria-expanded", "false")

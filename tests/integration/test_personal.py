@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -73,6 +74,12 @@ def test_terminal_ipython_starts_then_reuses_a_personal_control_plane(personal_h
     cli = [str(BIN / "cellscale")]
     listing = subprocess.run([*cli, "list"], env=personal_home, capture_output=True, text=True, timeout=60)
     assert listing.stdout.count("SUCCEEDED") == 2, listing
+    # a terminal IPython's cell is named by its first meaningful line (the import skipped; the list cuts it at 40)
+    title = re.escape("n = base + len(os.environ['CUDA_VISIBLE…")
+    titled = [
+        line for line in listing.stdout.splitlines() if re.match(rf"^cs-[0-9a-f]{{12}}  {title}  SUCCEEDED · ", line)
+    ]
+    assert len(titled) == 2, listing
     script = Path(personal_home["CELLSCALE_HOME"]) / "job.py"
     script.write_text("print('from the cli')\nraise SystemExit(3)\n")
     run = subprocess.run(

@@ -3,12 +3,14 @@ refusal is one line on stderr with exit 2 (change the request) or 1 (a failure),
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import httpx
 import pytest
 
 from cellscale import cli
 from cellscale.client import ApiError
-from cellscale.spec import RenderView
+from cellscale.spec import JobPage, JobSpec, JobView, Phase, RenderView
 
 
 class FakeClient:
@@ -22,6 +24,9 @@ class FakeClient:
 
     def get(self, job_id):
         raise self.error
+
+    def holds_token(self, value):
+        return value == "the-token"
 
     def list(self, **_):
         raise self.error
@@ -45,7 +50,8 @@ def test_arguments_pass_through_unsplit(tmp_path, client, capsys):
     script.write_text("print('hi')\n")
     argv = ["submit", str(script), "--env", "MSG=hello world", '--env=QUOTE=it\'s "x"', "--name", "a-b", "--dry-run"]
     code, out, err = run(capsys, *argv)
-    assert code == 0 and err == "" and out == "#!/bin/sh\n"
+    assert code == 0 and out == "#!/bin/sh\n"  # the script alone on stdout; the environment on stderr
+    assert err.splitlines()[1:] == ["  MSG=hello world", '  QUOTE=it\'s "x"']
     assert client.specs[0].env == {"MSG": "hello world", "QUOTE": 'it\'s "x"'} and client.specs[0].name == "a-b"
 
 
@@ -89,4 +95,45 @@ def test_a_bad_option_says_what_to_change(tmp_path, client, capsys):
     code, _, err = run(capsys, "submit", str(script), "--gpu", "2")
     assert code == 2 and "did you mean --gpus?" in err and err.count("\n") == 1
     code, _, err = run(capsys, "submit", str(script), "--env", "X=" + "v" * 70_000, "--dry-run")
-    assert code == 2 and err.startswith("cellscale: --env: the environment is 70003 bytes")
+    assert err == (
+        "cellscale: --env: 68.4 KiB of environment (70003 bytes, each KEY=VALUE with its NUL); a job's environment "
+        "may be at most 64 KiB: ship large values as a file or with --inputs\n"
+    )
+    assert code == 2
+
+
+def test_a_submitted_file_is_named_after_it_and_list_shows_titles(tmp_path, client, capsys, monkeypatch):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code, _, err = run(capsys, "submit", str(script), "--dry-run", "--env", "API_KEY=k", "--env", "T=the-token")
+    assert code == 0 and err.splitlines()[1:] == ["  API_KEY=****", "  T=****"]
+    assert (client.specs[0].title, client.specs[0].name) == ("train.py", "train.py")
+
+    now = datetime.now(UTC)
+    views = [
+        JobView(
+            id=f"cs-00000000000{i}",
+            name=spec.name,
+            owner="alice",
+            tenant="desk-a",
+            queue="default",
+            backend="local",
+            phase=Phase.SUCCEEDED,
+            spec=spec,
+            created_at=now,
+            updated_at=now,
+            started_at=now,
+            finished_at=now,
+            cancel_requested=False,
+            result_available=False,
+            attempts=[],
+        )
+        for i, spec in enumerate([client.specs[0], JobSpec(source="x", name="ddp")], start=1)
+    ]
+    monkeypatch.setattr(client, "list", lambda **_: JobPage(items=views), raising=False)
+    code, out, err = run(capsys, "list")
+    assert code == 0 and err == ""
+    assert out.splitlines() == [
+        "cs-000000000001  train.py  SUCCEEDED · 00:00 · attempt - · 1 CPU on local",
+        "cs-000000000002  ddp       SUCCEEDED · 00:00 · attempt - · 1 CPU on local",
+    ]

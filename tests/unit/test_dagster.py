@@ -122,6 +122,7 @@ def test_a_step_is_one_job_its_key_recorded_before_the_submit_and_its_metadata_l
     spec = client.jobs["cs-000000000001"]["spec"]
     assert spec.resources.gpus_per_node == 2 and spec.launcher.value == "torchrun"
     assert spec.origin.asset == "features" and spec.origin.partitions == ["2026-11-30"]
+    assert (spec.title, spec.name) == ("features [2026-11-30]", "features")  # named after its asset and partition
     assert spec.origin.run_id == result.run_id and "DAGSTER_PIPES_CONTEXT" in spec.env
     assert client.keys[0] == cd.idempotency_key(result.run_id, "features", ["2026-11-30"], 0)
     pipes_logs = [e for e in instance.all_logs(result.run_id) if e.user_message == "hi"]

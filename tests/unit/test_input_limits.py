@@ -39,7 +39,7 @@ def refusal(**fields) -> str:
             {"env": {f"V{i}": "" for i in range(MAX_ENV_VARS + 1)}},
             f"--env: Dictionary should have at most {MAX_ENV_VARS}",
         ),
-        ({"env": {"BIG": "x" * MAX_ENV_BYTES}}, f"--env: the environment is {MAX_ENV_BYTES + 5} bytes"),
+        ({"env": {"BIG": "x" * MAX_ENV_BYTES}}, f"--env: 64.0 KiB of environment ({MAX_ENV_BYTES + 5} bytes"),
         ({"env": {"A" * (MAX_NAME_CHARS + 1): "1"}}, f"longer than {MAX_NAME_CHARS} characters"),
         ({"outputs": [f"v{i}" for i in range(MAX_NAMES + 1)]}, f"--outputs: List should have at most {MAX_NAMES}"),
         ({"outputs": ["v" * (MAX_NAME_CHARS + 1)]}, "--outputs: 'vvvvvvvvvvvvvvvvvvvv'... is longer than"),

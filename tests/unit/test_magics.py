@@ -25,6 +25,9 @@ class RecordingClient:
         self.calls.append("render")
         return RenderView(backend="local", script="#!/bin/sh\nexec supervisor\n")
 
+    def holds_token(self, value):
+        return "hub-token-123" in value
+
     def upload_inputs(self, blob):
         self.calls.append("upload")
         self.blob = blob
@@ -198,13 +201,93 @@ def test_list_and_status_show_cpus_and_memory(shell, capsys):
     assert shell.run_cell("%cluster list").success
     assert "attempt - · 8 CPUs · 4 GiB on local" in capsys.readouterr().out
     assert shell.run_cell("%cluster status cs-000000000001").success
-    assert capsys.readouterr().out.startswith("cs-000000000001 · RUNNING · 00:00 · attempt - · 8 CPUs · 4 GiB on local")
+    assert capsys.readouterr().out.startswith(
+        "cs-000000000001 · cell · RUNNING · 00:00 · attempt - · 8 CPUs · 4 GiB on local"
+    )
 
 
 def test_the_attached_status_line_shows_gpus_cpus_and_memory(shell, capsys):
     assert run(shell, RecordingClient(), "--gpus 2 --cpus 4 --mem 16G").success
-    assert "[cellscale] cs-000000000001 · SUCCEEDED · 00:00 · attempt - · 2 GPUs · 8 CPUs · 16 GiB on local" in (
-        capsys.readouterr().out
+    assert (
+        "[cellscale] cs-000000000001 · x = 1 · SUCCEEDED · 00:00 · attempt - · 2 GPUs · 8 CPUs · 16 GiB on local"
+        in (capsys.readouterr().out)
+    )
+
+
+def test_a_notebook_cell_is_named_by_its_notebook_and_execution_count(shell):
+    shell.user_ns["__session__"] = "/home/alice/experiments/train.ipynb"  # ipykernel's, from JPY_SESSION_NAME
+    client = RecordingClient()
+    shell.register_magics(ClusterMagics(shell, client=client))
+    shell.run_cell("x = 1", store_history=True)  # a cell before it: this one is In [2]
+    result = shell.run_cell(
+        "%%cluster --gpus 1\nimport torch\nmodel.fit(x)\n", store_history=True
+    )  # as a kernel runs it
+    assert result.success and result.execution_count == 2
+    assert (client.spec.title, client.spec.name) == ("train.ipynb [2]", "train.ipynb-2")
+
+
+def test_in_a_terminal_ipython_a_cell_is_named_by_its_first_meaningful_line(shell):
+    client = RecordingClient()
+    cell = "\n# train the model\nimport torch\nfrom x import y\n\nfor step in range(1000):  # " + "x" * 80 + "\n"
+    assert run(shell, client, "--gpus 1", cell=cell).success
+    assert client.spec.title == "for step in range(1000): # " + "x" * 32 + "…"
+    assert client.spec.name == "for-step-in-range-1000-" + "x" * 32
+
+
+def test_name_overrides_the_title(shell):
+    shell.user_ns["__session__"] = "train.ipynb"
+    client = RecordingClient()
+    assert run(shell, client, "--gpus 1 --name resnet-v2").success
+    assert (client.spec.name, client.spec.title) == ("resnet-v2", None)
+
+
+def test_list_shows_each_job_by_its_title_in_a_column(shell, capsys):
+    class Two(ListingClient):
+        def list(self, scope="mine"):
+            one = self._view()
+            two = one.model_copy(
+                update={"id": "cs-000000000002", "spec": JobSpec(source="pass", title="train.ipynb [12]")}
+            )
+            return JobPage(items=[one, two])
+
+    shell.register_magics(ClusterMagics(shell, client=Two()))
+    assert shell.run_cell("%cluster list").success
+    assert capsys.readouterr().out.splitlines() == [
+        "cs-000000000001  cell              RUNNING · 00:00 · attempt - · 8 CPUs · 4 GiB on local · because",
+        "cs-000000000002  train.ipynb [12]  RUNNING · 00:00 · attempt - · 1 CPU on local · because",
+    ]
+
+
+def test_a_dry_run_shows_the_environment_with_secrets_masked(shell, capsys):
+    line = (
+        "--gpus 1 --dry-run --env LR=0.1 --env HF_TOKEN=hf_abc --env DB_PASSWORD=pw --env AWS_SECRET_ACCESS_KEY=s "
+        "--env MY_CREDENTIALS=c --env COPY=hub-token-123"
+    )
+    client = RecordingClient()
+    assert run(shell, client, line).success
+    out = capsys.readouterr().out
+    assert out.splitlines()[-7:] == [
+        "[cellscale] environment: --env as below; cellscale adds CELLSCALE_JOB_ID, CELLSCALE_ATTEMPT, CELLSCALE_NODE, "
+        "CELLSCALE_JOB_DIR, RANK, LOCAL_RANK, WORLD_SIZE, CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS "
+        "(and the launcher its own)",
+        "  LR=0.1",
+        "  HF_TOKEN=****",
+        "  DB_PASSWORD=****",
+        "  AWS_SECRET_ACCESS_KEY=****",
+        "  MY_CREDENTIALS=****",
+        "  COPY=****",  # the control plane's own token, whatever its name
+    ]
+    assert "hf_abc" not in out and "hub-token-123" not in out and client.calls == ["render"]
+
+
+def test_an_environment_too_large_is_refused_with_its_size_before_anything_is_sent(shell):
+    client = RecordingClient()
+    shell.user_ns["big"] = "x" * 300 * 1024
+    result = run(shell, client, "--gpus 1 --env BIG=$big")  # IPython puts the variable's value in the line
+    assert not result.success and client.calls == []
+    assert str(result.error_in_exec) == (
+        "--env: 300.0 KiB of environment (307205 bytes, each KEY=VALUE with its NUL); a job's environment may be "
+        "at most 64 KiB: ship large values as a file or with --inputs"
     )
 
 

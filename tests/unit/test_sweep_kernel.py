@@ -67,6 +67,9 @@ class FakeSweepClient:
         self.calls.append("render")
         return RenderView(backend="local", script="#!/bin/sh\n#SBATCH --array=0-5%4\n")
 
+    def holds_token(self, value):
+        return False
+
     def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> JobView:
         self.calls.append("submit")
         self.specs.append(spec)
@@ -282,9 +285,10 @@ def test_the_magic_refuses_with_what_to_change(shell, client, line, words):
 
 def test_a_dry_run_renders_and_sends_nothing_else(shell, client, capsys):
     shell.user_ns["grid"] = GRID_LIST
-    assert cell(shell, client, "map --over grid --dry-run").success
+    assert cell(shell, client, "map --over grid --dry-run --env SEED=7 --env WANDB_API_KEY=k").success
     assert client.calls == ["render"]
-    assert "#SBATCH --array" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "#SBATCH --array" in out and out.endswith("  SEED=7\n  WANDB_API_KEY=****\n")  # a sweep's too
 
 
 def test_inputs_travel_beside_the_manifest(shell, client):

@@ -47,6 +47,7 @@ class FlavorCapacity(BaseModel):
     capacity_memory_mb: int | None = Field(None, description="Memory of its backend now, MiB (None: not counted).")
     cpu_nominal_total: int | None = Field(None, description="Sum of the CPU quotas on this flavor (None: none).")
     memory_mb_nominal_total: int | None = Field(None, description="Sum of the memory quotas, MiB (None: none).")
+    gpu_hours: float = Field(0.0, description="GPU-hours held on it so far, every desk's (the cost ledger).")
 
 
 class TenancyView(BaseModel):
@@ -100,10 +101,13 @@ def routes(router: APIRouter) -> None:
     def tenancy_view(who: Admin, ctx: Ctx) -> TenancyView:
         t = ctx.tenancy.current
         with ctx.store.session() as session:
-            queues = usage.queue_usage(session, t, utcnow(), ctx.settings.fair_share_half_life_s)
+            queues = usage.queue_usage(  # quotas on the flavors this deployment runs (the Flavors list says the rest)
+                session, t, utcnow(), ctx.settings.fair_share_half_life_s, backends=set(ctx.drivers)
+            )
+            hours = usage.flavor_gpu_hours(session)
         return TenancyView(
             tenancy=t.model_dump(mode="json"),
-            flavors=_capacities(ctx, t),
+            flavors=_capacities(ctx, t, hours),
             usage=queues,
             fair_share_half_life_s=ctx.settings.fair_share_half_life_s,
             preemption_grace_s=ctx.settings.preemption_grace_s,
@@ -253,7 +257,8 @@ def _plain(error: dict) -> str:
     return f"{where}: {message}" if where else message
 
 
-def _capacities(ctx: Context, t: Tenancy) -> list[FlavorCapacity]:
+def _capacities(ctx: Context, t: Tenancy, hours: dict[str, float] | None = None) -> list[FlavorCapacity]:
+    """Each flavor's backend capacity and the quotas on it (`hours`: the GPU-hours held on each)."""
     capacity = flavor_capacities(t, ctx.drivers)
     return [
         FlavorCapacity(
@@ -266,6 +271,7 @@ def _capacities(ctx: Context, t: Tenancy) -> list[FlavorCapacity]:
             capacity_memory_mb=_counted(capacity[f].memory),
             cpu_nominal_total=_nominal_total(t, f, Resource.cpu),
             memory_mb_nominal_total=_nominal_total(t, f, Resource.memory),
+            gpu_hours=round((hours or {}).get(f, 0.0), 4),
         )
         for f, spec in t.flavors.items()
     ]

@@ -117,11 +117,15 @@ def _job_routes(router: APIRouter) -> None:
 
     @router.get("/quota", response_model=list[QueueUsage], responses=refusals(401, 403))
     def desk_quota(who: Reader, ctx: Ctx) -> list[QueueUsage]:
-        """The quota of the cluster queues your desks submit to: used, borrowed, waiting."""
+        """The quota of the cluster queues your desks submit to: used, borrowed, waiting; on the
+        flavors whose backend this control plane runs (a tenancy's Slurm quota is not listed where
+        no Slurm backend is configured)."""
         tenancy = ctx.tenancy.current
         mine = {local.cluster_queue for t in who.tenants for local in tenancy.tenants[t].queues.values()}
         with ctx.store.session() as session:
-            return usage.queue_usage(session, tenancy, utcnow(), ctx.settings.fair_share_half_life_s, only=mine)
+            return usage.queue_usage(
+                session, tenancy, utcnow(), ctx.settings.fair_share_half_life_s, only=mine, backends=set(ctx.drivers)
+            )
 
     @router.get("/backends", response_model=list[BackendView], responses=refusals(401, 403))
     def backends(who: Reader, ctx: Ctx) -> list[BackendView]:

@@ -345,10 +345,23 @@ def gpu_hours(session: Session, now: datetime, ended: dict[str, QueueTotal]) -> 
     return hours
 
 
+def flavor_gpu_hours(session: Session) -> dict[str, float]:
+    """GPU-hours held on each flavor so far, every desk's: the cost ledger's hours (what metering
+    has written: ended attempts, and running ones up to its last pass)."""
+    rows = select(LedgerHour.flavor, func.sum(LedgerHour.gpu_s)).group_by(LedgerHour.flavor)
+    return {flavor: (gpu_s or 0.0) / 3600 for flavor, gpu_s in session.execute(rows)}
+
+
 def queue_usage(
-    session: Session, tenancy: Tenancy, now: datetime, half_life_s: float, only: set[str] | None = None
+    session: Session,
+    tenancy: Tenancy,
+    now: datetime,
+    half_life_s: float,
+    only: set[str] | None = None,
+    backends: set[str] | None = None,
 ) -> list[QueueUsage]:
-    """Quota, use and pressure per cluster queue (`only`: these queues)."""
+    """Quota, use and pressure per cluster queue (`only`: these queues; `backends`: only the
+    flavors of these backends, the ones this deployment runs)."""
     held: dict[tuple[str, str], Amounts] = defaultdict(Amounts)
     for h in holders(session):
         held[h.cluster_queue, h.flavor] = held[h.cluster_queue, h.flavor].plus(h.demand)
@@ -374,6 +387,7 @@ def queue_usage(
                 memory_mb_nominal=q.memory.nominal if q.memory else None,
             )
             for f, q in cq.quotas.items()
+            if backends is None or tenancy.flavors[f].backend in backends
         ]
         out.append(
             QueueUsage(

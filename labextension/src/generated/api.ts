@@ -47,7 +47,9 @@ export interface paths {
         };
         /**
          * Desk Quota
-         * @description The quota of the cluster queues your desks submit to: used, borrowed, waiting.
+         * @description The quota of the cluster queues your desks submit to: used, borrowed, waiting; on the
+         *     flavors whose backend this control plane runs (a tenancy's Slurm quota is not listed where
+         *     no Slurm backend is configured).
          */
         get: operations["desk_quota_api_quota_get"];
         put?: never;
@@ -1143,6 +1145,12 @@ export interface components {
              * @description Sum of the memory quotas, MiB (None: none).
              */
             memory_mb_nominal_total?: number | null;
+            /**
+             * Gpu Hours
+             * @description GPU-hours held on it so far, every desk's (the cost ledger).
+             * @default 0
+             */
+            gpu_hours: number;
         };
         /** FlavorUsage */
         FlavorUsage: {
@@ -1406,9 +1414,15 @@ export interface components {
         JobSpec: {
             /**
              * Name
+             * @description A slug: what --name sets and GET /api/jobs?name= matches.
              * @default cell
              */
             name: string;
+            /**
+             * Title
+             * @description How it is shown: where it came from (`train.ipynb [12]`, a cell's first line, a file, an asset and partition), at most 120 printable characters on one line; absent: its name. Never in a backend's script.
+             */
+            title?: string | null;
             /** @default torchrun */
             launcher: components["schemas"]["Launcher"];
             resources?: components["schemas"]["Resources"];
@@ -1576,6 +1590,11 @@ export interface components {
              * @default 0
              */
             service_gpu_hours: number;
+            /**
+             * Title
+             * @description What it is shown as: its spec's title, else its name.
+             */
+            readonly title: string;
         };
         /**
          * Launcher

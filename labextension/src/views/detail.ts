@@ -64,8 +64,8 @@ export class JobDetailView extends PanelView {
   open(job: JobView): void {
     if (this._job?.id !== job.id) {
       this.stop();
-      this.logs = new LogPane(job.id, job.name);
-      this.points = job.sweep || job.spec.sweep ? new PointsPane(job.id, job.name) : null;
+      this.logs = new LogPane(job.id, job.title);
+      this.points = job.sweep || job.spec.sweep ? new PointsPane(job.id, job.title) : null;
       this.events = [];
       this.checkpoints = [];
       this._job = job;
@@ -137,9 +137,9 @@ export class JobDetailView extends PanelView {
 
   private build(): void {
     const job = this._job!;
-    this.heading.textContent = `Job ${job.name}`;
+    this.heading.textContent = `Job ${job.title}`;
     this.cancel = button('Cancel job', () => void this.confirmCancel(), {
-      ariaLabel: `Cancel job ${job.name}`,
+      ariaLabel: `Cancel job ${job.title}`,
       className: 'jp-cellscale-danger'
     });
     const attach = button('Attach in notebook', () => this.say(this.options.attach(job.id)), {
@@ -284,7 +284,7 @@ export class JobDetailView extends PanelView {
   private async confirmCancel(): Promise<void> {
     const job = this._job!;
     const answer = await showDialog({
-      title: `Cancel ${job.name}?`,
+      title: `Cancel ${job.title}?`,
       body: `${job.id} stops on every node; its checkpoints are kept.`,
       buttons: [Dialog.cancelButton({ label: 'Keep running' }), Dialog.warnButton({ label: 'Cancel job' })]
     });

@@ -1,6 +1,6 @@
 /**
  * My jobs or my desk's jobs, live: a scope toggle, a phase filter, a name search, and one
- * row per job (phase badge, name, elapsed time, GPUs, CPUs and memory; the owner in the desk scope;
+ * row per job (phase badge, title, elapsed time, GPUs, CPUs and memory; the owner in the desk scope;
  * the workflow run that submitted it, where one did).
  * Live through the relay's job-list websocket; polled with backoff while it is down.
  */
@@ -190,7 +190,7 @@ export class JobsView extends PanelView {
         dataset: { job: job.id, phase: job.phase }
       },
       phaseBadge(job.phase),
-      h('span', { className: 'jp-cellscale-jobname', text: job.name }),
+      h('span', { className: 'jp-cellscale-jobname', attrs: { title: job.title }, text: job.title }),
       elapsed,
       h('span', {
         className: 'jp-cellscale-jobmeta',

@@ -165,11 +165,15 @@ function renderQuotas(view) {
       }
   const cpuPools = new Set(view.flavors.filter((f) => f.cpu_only).map((f) => f.flavor));
   const rows = [];
-  for (const usage of view.usage)
+  for (const usage of view.usage) {
+    const queueRows = [];
     for (const f of usage.flavors) {
       const quota = view.tenancy.cluster_queues[usage.cluster_queue].quotas[f.flavor];
-      rows.push(...quotaRows(usage, f, quota, cpuPools.has(f.flavor), scale));
+      queueRows.push(...quotaRows(usage, f, quota, cpuPools.has(f.flavor), scale));
     }
+    if (queueRows.length) queueRows[0].append(...queueTotals(usage, queueRows.length));
+    rows.push(...queueRows);
+  }
   document.getElementById("quotas").replaceChildren(...rows);
   document.getElementById("flavors").replaceChildren(...view.flavors.map(flavorRow));
 }
@@ -204,11 +208,17 @@ function quotaRows(usage, f, quota, cpuPool, scale) {
     "data-resource": resources[i] }, ...(i ? [...c.quota, ...c.use] : [
     el("td", { ...span, text: usage.cluster_queue }),
     el("td", span, `${f.flavor} (${f.backend})`, cpuPool ? el("span", { class: "muted", text: " CPU pool" }) : ""),
-    ...c.quota, el("td", span, button), ...c.use,
+    ...c.quota, el("td", span, button), ...c.use])));
+}
+
+// A queue's own totals, once beside all of its rows (they are the queue's, not one flavor's).
+function queueTotals(usage, rows) {
+  const span = { rowspan: String(rows) };
+  return [
     el("td", { ...span, class: "pending",
       text: `${usage.pending_jobs} jobs, ${usage.pending_gpus} GPUs, ${usage.pending_cpus} CPUs` }),
     el("td", { ...span, text: usage.recent_gpus.toFixed(2) }),
-    el("td", { ...span, text: usage.gpu_hours.toFixed(2) })])));
+    el("td", { ...span, "data-field": "gpu-hours", text: usage.gpu_hours.toFixed(2) })];
 }
 
 // The PUT body: the whole quota in force with the edited resources' numbers in it (GPUs in its
@@ -241,7 +251,8 @@ function flavorRow(f) {
     el("td", { text: configured ? String(f.capacity_gpus) : "backend not configured" }),
     el("td", { text: configured ? counted(f.capacity_cpus, String) : "" }),
     el("td", { text: configured ? counted(f.capacity_memory_mb, memory) : "" }),
-    el("td", { text: totals.join(" · ") }));
+    el("td", { text: totals.join(" · ") }),
+    el("td", { "data-field": "gpu-hours", text: f.gpu_hours.toFixed(2) }));
 }
 
 // A value in the audit log: short ones inline; a long one (a whole tenancy document, as the
