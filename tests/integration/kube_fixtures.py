@@ -11,11 +11,15 @@ apiserver this session started is stopped at its end; one already running (a dev
 Nothing deletes namespaces here (no kube-controller-manager finalizes them): tests make their
 objects under names of their own (`kube_api.unique("desk")`).
 
-Import it from a conftest: `from tests.integration.kube_fixtures import kube_api  # noqa: F401`
+`kube_desks` (session): a tenancy with a `k8s` backend mirrored into it by `kube.tenancy` (as a
+cluster admin applies it), under a prefix of its own, and the hub's ServiceAccount token.
+
+Import them from a conftest: `from tests.integration.kube_fixtures import kube_api, kube_desks  # noqa: F401`
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import secrets
@@ -26,8 +30,13 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from kubernetes_asyncio import config
+from kubernetes_asyncio.client import ApiClient, Configuration
 
 from cellscale_hub.dev import kube as dev_kube
+from cellscale_hub.kube import tenancy as kube_tenancy
+from cellscale_hub.kube.tenancy import HubIdentity
+from cellscale_hub.tenancy import Tenancy
 
 
 @dataclass(frozen=True)
@@ -101,3 +110,80 @@ def kube_api():
     )
     if cluster.started and os.environ.get("CELLSCALE_KUBE_KEEP") != "1":
         dev_kube.down(state_dir, log=lambda line: print(f"[kube down] {line}"))
+
+
+# A tenancy with a Kubernetes backend `k8s` beside Slurm: desk-a and desk-b in one cohort tree
+# (desk-a may borrow 4 GPUs, desk-b lends at most 4), desk-c only on Slurm (so not mirrored).
+DESKS_TENANCY = """
+flavors:
+  a100: {backend: k8s}
+  slurm: {backend: slurm}
+cohorts:
+  firm: {}
+  trading: {parent: firm, weight: 2}
+cluster_queues:
+  desk-a:
+    cohort: trading
+    quotas:
+      a100: {nominal: 8, borrowing_limit: 4, cpu: {nominal: 64}, memory: {nominal: 256G}}
+      slurm: {nominal: 16}
+  desk-b:
+    cohort: trading
+    quotas:
+      a100: {nominal: 8, lending_limit: 4, cpu: {nominal: 64}, memory: {nominal: 256G}}
+  slurm-only:
+    quotas:
+      slurm: {nominal: 4}
+tenants:
+  desk-a: {queues: {default: {cluster_queue: desk-a}}}
+  desk-b: {queues: {default: {cluster_queue: desk-b}}}
+  desk-c: {queues: {default: {cluster_queue: slurm-only}}}
+"""
+
+
+@dataclass(frozen=True)
+class Desks:
+    """DESKS_TENANCY mirrored (as a cluster admin applies it) under a prefix of this session's own;
+    `hub_token` is the hub's ServiceAccount token (TokenRequest), the identity the hub runs as."""
+
+    prefix: str
+    objects: list[dict]
+    hub: HubIdentity
+    hub_token: str
+
+    def namespace(self, desk: str) -> str:
+        return f"{self.prefix}{desk}"
+
+
+def apply_as_admin(kube_api: KubeApi, objects: list[dict]) -> None:
+    async def run() -> None:
+        configuration = Configuration()
+        await config.load_kube_config(config_file=str(kube_api.kubeconfig), client_configuration=configuration)
+        async with ApiClient(configuration) as api:
+            await kube_tenancy.apply(objects, api)
+
+    asyncio.run(run())
+
+
+def seed_quota_status(kube_api: KubeApi, namespace: str, name: str = "cellscale") -> None:
+    """TEST-ONLY stand-in for kube-controller-manager's resourcequota controller, which does not
+    run here: it writes the quota's first status (hard = spec.hard, nothing used), as that
+    controller does when a quota is created. From then on the ResourceQuota admission plugin (real,
+    in the apiserver) checks each pod against it and counts what it admits into status.used."""
+    with kube_api.admin() as admin:
+        path = f"/api/v1/namespaces/{namespace}/resourcequotas/{name}"
+        quota = admin.get(path).json()
+        hard = quota["spec"]["hard"]
+        quota["status"] = {"hard": hard, "used": {resource: "0" for resource in hard}}
+        response = admin.put(f"{path}/status", json=quota)
+        assert response.status_code == 200, response.text
+
+
+@pytest.fixture(scope="session")
+def kube_desks(kube_api):
+    prefix = kube_api.unique("t") + "-"
+    hub = HubIdentity(name="cellscale-hub", namespace=f"{prefix}cellscale")
+    tenancy = Tenancy.from_yaml(DESKS_TENANCY)
+    objects = kube_tenancy.render_tenancy(tenancy, "k8s", prefix, hub=hub)
+    apply_as_admin(kube_api, objects)
+    yield Desks(prefix=prefix, objects=objects, hub=hub, hub_token=kube_api.token_for(hub.namespace, hub.name))

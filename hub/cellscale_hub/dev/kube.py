@@ -55,7 +55,10 @@ from cellscale_hub import proc
 
 KUBE_VERSION = "1.20.2"
 SOURCE_PACKAGE = "kubernetes"  # bookworm: 1.20.5+really1.20.2-1.1+deb12u1 (upstream 1.20.2)
-PACKAGES = ("golang-go", "etcd-server", "dpkg-dev", "openssl")
+PACKAGES = ("golang-go", "etcd-server", "dpkg-dev", "openssl", "golang-github-modern-go-reflect2-dev")
+# 1.20 vendors reflect2 1.0.1, whose map iteration crashes under Go >= 1.18 ("fatal error: fault" in
+# UnsafeMapType.UnsafeIterate, on the first JSON map it sorts); Debian's 1.0.2 source replaces it
+REFLECT2 = Path("/usr/share/gocode/src/github.com/modern-go/reflect2")
 DEB_SRC_FILE = Path("/etc/apt/sources.list.d/cellscale-debsrc.sources")
 DEB_SRC_ENTRY = """\
 # added by cellscale (dev/kube.py): Debian's kubernetes SOURCE package builds the dev kube-apiserver
@@ -260,8 +263,8 @@ def build(tools: Path | None = None, *, log: Log = print, retry_failed: bool = T
 
 
 def compile_apiserver(target: Build) -> None:
-    """apt-get source (Debian's patches applied), the generated OpenAPI code, then `go build` in
-    GOPATH mode as Debian's rules do."""
+    """apt-get source (Debian's patches applied), Debian's reflect2 1.0.2 in vendor/ (REFLECT2), the
+    generated OpenAPI code, then `go build` in GOPATH mode as Debian's rules do."""
     shutil.rmtree(target.work, ignore_errors=True)
     download = target.work / "download"
     download.mkdir(parents=True)
@@ -284,6 +287,10 @@ def compile_apiserver(target: Build) -> None:
         source = gopath / "src" / "k8s.io" / "kubernetes"
         source.parent.mkdir(parents=True)
         step(["dpkg-source", "-x", str(dsc), str(source)], download)
+        vendored = source / "vendor" / "github.com" / "modern-go" / "reflect2"
+        shutil.rmtree(vendored)
+        shutil.copytree(REFLECT2, vendored)
+        out.write(f"vendor/github.com/modern-go/reflect2: replaced by {REFLECT2} (Go 1.18+ map iteration)\n")
         env = {
             **os.environ,
             "GOPATH": str(gopath),

@@ -147,6 +147,16 @@ def _weight(value: float) -> str:
     return str(int(value)) if value == int(value) else repr(value)
 
 
+def _mebibytes(amount: int) -> str:
+    """MiB as Kubernetes writes a quantity back (its canonical form: the largest binary unit that
+    keeps it whole), so applying the same quota again changes nothing."""
+    for unit in ("Mi", "Gi", "Ti", "Pi"):
+        if amount % 1024 or not amount:
+            return f"{amount}{unit}"
+        amount //= 1024
+    return f"{amount}Ei"
+
+
 def _resource_flavor(flavor: str, prefix: str) -> dict:
     name = cluster_scoped(flavor, prefix, "flavor")
     return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": _meta(name), "spec": {}}
@@ -186,15 +196,15 @@ def _flavor_quotas(tenancy: Tenancy, cq: str, flavor: str, in_cohort: bool) -> l
     resources = []
     for resource, name in ((Resource.gpu, GPU), (Resource.cpu, "cpu"), (Resource.memory, "memory")):
         own = quota.of(resource)
-        unit = "Mi" if resource is Resource.memory else ""
+        amount = _mebibytes if resource is Resource.memory else str
         if own is None:
-            resources.append({"name": name, "nominalQuota": UNLIMITED_MEMORY if unit else UNLIMITED_CPU})
+            resources.append({"name": name, "nominalQuota": UNLIMITED_MEMORY if name == "memory" else UNLIMITED_CPU})
             continue
-        entry: dict = {"name": name, "nominalQuota": f"{own.nominal}{unit}"}
+        entry: dict = {"name": name, "nominalQuota": amount(own.nominal)}
         if own.borrowing_limit is not None and in_cohort:
-            entry["borrowingLimit"] = f"{own.borrowing_limit}{unit}"
+            entry["borrowingLimit"] = amount(own.borrowing_limit)
         if own.lending_limit is not None:
-            entry["lendingLimit"] = f"{own.lending_limit}{unit}"
+            entry["lendingLimit"] = amount(own.lending_limit)
         resources.append(entry)
     return resources
 
@@ -276,14 +286,14 @@ def _quota_hard(tenancy: Tenancy, queues: list[str], backend: str) -> dict[str, 
     """The most of each resource the desk's queues could ever be admitted on this backend (their
     nominal quota plus what they may borrow); a resource without a bound on some flavor is left out."""
     hard: dict[str, str] = {}
-    for resource, key, unit in (
-        (Resource.gpu, f"requests.{GPU}", ""),
-        (Resource.cpu, "requests.cpu", ""),
-        (Resource.memory, "requests.memory", "Mi"),
+    for resource, key, amount in (
+        (Resource.gpu, f"requests.{GPU}", str),
+        (Resource.cpu, "requests.cpu", str),
+        (Resource.memory, "requests.memory", _mebibytes),
     ):
         bounds = [tenancy.max_admissible(cq, f, resource) for cq in queues for f in tenancy.flavors_for(cq, backend)]
         if bounds and None not in bounds:
-            hard[key] = f"{sum(bounds)}{unit}"
+            hard[key] = amount(sum(bounds))
     return hard
 
 
