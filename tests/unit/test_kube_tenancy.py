@@ -5,7 +5,6 @@ KubeSpawner profiles' configuration checks."""
 from __future__ import annotations
 
 import pytest
-from traitlets import TraitError
 
 from cellscale_hub.dev.kube import for_kube_1_20
 from cellscale_hub.kube.tenancy import HubIdentity, object_path, render_tenancy
@@ -65,7 +64,9 @@ def test_one_backends_queues_flavors_cohorts_and_desks_are_mirrored_cluster_wide
 
 
 def test_quotas_borrowing_only_in_a_cohort_and_a_namespace_selector_of_the_desks_using_the_queue():
-    queues = {cq["metadata"]["name"]: cq["spec"] for cq in by_kind(render_tenancy(TENANCY, "k8s", "cs-"))["ClusterQueue"]}
+    queues = {
+        cq["metadata"]["name"]: cq["spec"] for cq in by_kind(render_tenancy(TENANCY, "k8s", "cs-"))["ClusterQueue"]
+    }
     desk_a = queues["cs-desk-a"]
     assert desk_a["cohortName"] == "cs-trading"
     assert desk_a["namespaceSelector"] == {
@@ -147,7 +148,10 @@ def test_the_crds_lose_only_what_kube_1_20_refuses_or_does_not_know():
                                     "type": "array",
                                     "x-kubernetes-list-type": "map",
                                     "x-kubernetes-list-map-keys": ["name"],
-                                    "items": {"type": "object", "properties": {"name": {"type": "string", "default": ""}}},
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {"name": {"type": "string", "default": ""}},
+                                    },
                                 },
                                 "mode": {"type": "string", "default": "fast"},
                             },
@@ -170,9 +174,21 @@ def test_the_crds_lose_only_what_kube_1_20_refuses_or_does_not_know():
 
 
 def test_desk_profiles_need_unique_slugs_and_may_not_choose_their_namespace():
-    from cellscale_hub.kube.spawner import DeskKubeSpawner
+    from cellscale_hub.kube.spawner import check_desk_profiles
 
-    with pytest.raises(TraitError, match="profile slug 'cpu' is used by desks desk-a and desk-b"):
-        DeskKubeSpawner(_mock=True, desk_profiles={"desk-a": [{"slug": "cpu"}], "desk-b": [{"slug": "cpu"}]})
-    with pytest.raises(TraitError, match="profile 'a' overrides namespace: its desk decides them"):
-        DeskKubeSpawner(_mock=True, desk_profiles={"desk-a": [{"slug": "a", "kubespawner_override": {"namespace": "x"}}]})
+    with pytest.raises(ValueError, match="profile slug 'cpu' is used by desks desk-a and desk-b: slugs are unique"):
+        check_desk_profiles({"desk-a": [{"slug": "cpu"}], "desk-b": [{"slug": "cpu"}]})
+    with pytest.raises(ValueError, match="profile 'a' overrides namespace: its desk decides them"):
+        check_desk_profiles({"desk-a": [{"slug": "a", "kubespawner_override": {"namespace": "x"}}]})
+
+
+def test_the_shipped_profiles_are_valid_and_cover_the_demo_desks():
+    from pathlib import Path
+
+    import yaml
+
+    from cellscale_hub.kube.spawner import check_desk_profiles
+
+    shipped = yaml.safe_load((Path(__file__).parents[2] / "config" / "kubernetes" / "profiles.yaml").read_text())
+    check_desk_profiles(shipped)
+    assert sorted(shipped) == ["desk-a", "desk-b"]

@@ -27,6 +27,26 @@ from cellscale_hub.kube.names import SERVERS_SERVICE_ACCOUNT, TENANT_LABEL, name
 DESK_SETS = ("namespace", "service_account", "enable_user_namespaces")  # traits a profile may not override
 
 
+def check_desk_profiles(desk_profiles: dict[str, list[dict]], namespace_prefix: str = "") -> None:
+    """Every desk names a namespace, every profile has a slug unique across desks, and no profile
+    overrides what its desk decides (DESK_SETS); a ValueError says which."""
+    seen: dict[str, str] = {}
+    for desk, profiles in desk_profiles.items():
+        namespace(desk, namespace_prefix)  # a desk that cannot name a namespace is refused now
+        for profile in profiles:
+            slug = profile.get("slug")
+            if not slug:
+                raise ValueError(
+                    f"desk {desk}: every profile needs a slug (display_name {profile.get('display_name')!r})"
+                )
+            if slug in seen:
+                raise ValueError(f"profile slug {slug!r} is used by desks {seen[slug]} and {desk}: slugs are unique")
+            seen[slug] = desk
+            overridden = sorted(set(profile.get("kubespawner_override", {})) & set(DESK_SETS))
+            if overridden:
+                raise ValueError(f"profile {slug!r} overrides {', '.join(overridden)}: its desk decides them")
+
+
 class ProfileRefused(ValueError):
     """The user asked for a profile they may not use; the message says which they may."""
 
@@ -49,24 +69,11 @@ class DeskKubeSpawner(KubeSpawner):
     )
 
     @validate("desk_profiles")
-    def _unique_slugs_and_no_namespace(self, proposal):
-        seen: dict[str, str] = {}
-        for desk, profiles in proposal["value"].items():
-            namespace(desk, self.namespace_prefix)  # a desk that cannot name a namespace is refused now
-            for profile in profiles:
-                slug = profile.get("slug")
-                if not slug:
-                    raise TraitError(
-                        f"desk {desk}: every profile needs a slug (display_name {profile.get('display_name')!r})"
-                    )
-                if slug in seen:
-                    raise TraitError(
-                        f"profile slug {slug!r} is used by desks {seen[slug]} and {desk}: slugs are unique"
-                    )
-                seen[slug] = desk
-                overridden = sorted(set(profile.get("kubespawner_override", {})) & set(DESK_SETS))
-                if overridden:
-                    raise TraitError(f"profile {slug!r} overrides {', '.join(overridden)}: its desk decides them")
+    def _valid_desk_profiles(self, proposal):
+        try:
+            check_desk_profiles(proposal["value"], self.namespace_prefix)
+        except ValueError as exc:
+            raise TraitError(str(exc)) from exc
         return proposal["value"]
 
     @default("profile_list")
