@@ -1,6 +1,6 @@
 """kube.tenancy.render_tenancy: cellscale's tenancy as Kueue and RBAC objects for one backend
-(pure; applying them to a real apiserver is tests/integration/test_kube_tenancy.py), and the
-KubeSpawner profiles' configuration checks."""
+(pure; applying them to a real apiserver is tests/integration/test_kube_tenancy.py), the
+KubeSpawner profiles' configuration checks, and dev/kube.py's CRD trimming for 1.20 and build cache."""
 
 from __future__ import annotations
 
@@ -192,3 +192,19 @@ def test_the_shipped_profiles_are_valid_and_cover_the_demo_desks():
     shipped = yaml.safe_load((Path(__file__).parents[2] / "config" / "kubernetes" / "profiles.yaml").read_text())
     check_desk_profiles(shipped)
     assert sorted(shipped) == ["desk-a", "desk-b"]
+
+
+def test_a_built_apiserver_is_reused_and_a_failed_build_is_reported_not_retried_by_the_fixture(tmp_path):
+    from cellscale_hub.dev import kube as dev_kube
+
+    build = dev_kube.build_for(tmp_path)
+    build.root.mkdir(parents=True)
+    build.failed.write_text("`go build ...` exited 2 (see build.log)\n")
+    build.log.write_text("cmd/kube-apiserver/app/server.go:477:87: undefined: openapi.GetOpenAPIDefinitions\n")
+    with pytest.raises(dev_kube.KubeError) as failed:
+        dev_kube.build(tmp_path, log=lambda line: None, retry_failed=False)
+    assert str(failed.value).startswith("the kube-apiserver build failed: `go build ...` exited 2 (see build.log)")
+    assert "undefined: openapi.GetOpenAPIDefinitions" in str(failed.value)
+    assert str(failed.value).endswith("Fix the cause, then build it again: python -m cellscale_hub.dev.kube build")
+    build.apiserver.write_text("")
+    assert dev_kube.build(tmp_path, log=lambda line: None, retry_failed=False) == build.apiserver
