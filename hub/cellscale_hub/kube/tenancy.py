@@ -27,6 +27,7 @@ docs/kubernetes.md); the hub's own identity cannot.
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -267,7 +268,7 @@ def _desk(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": _meta(HUB_ROLE, ns),
-            "rules": [dict(rule) for rule in HUB_RULES],
+            "rules": copy.deepcopy(list(HUB_RULES)),
         }  # fmt: skip
     )
     objects.append(
