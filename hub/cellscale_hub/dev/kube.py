@@ -23,9 +23,9 @@ scheduler or kubelet (pods stay Pending), no Kueue/JobSet/KubeRay controllers.
 
 `down` stops both daemons (by pid file; nothing else) and keeps the state dir.
 
-Measured on a 2-core machine shared with other work: `build` ~9 min the first time (most of it
-Go compiling, ~1.3 GB RAM), then 0 s; `up` ~8 s (etcd ~1 s, the apiserver ~4 s, CRDs ~2 s);
-idle, etcd + apiserver ~350 MB RSS.
+Measured on a 2-core machine shared with other work (load 8-12): `build` from nothing 875 s
+(`nice`d; most of it Go compiling, ~1.3 GB RAM), then 0 s; `up` 35-63 s (most of it the
+apiserver digesting the ~1 MB KubeRay and Kueue schemas); the apiserver ~900 MB RSS, etcd ~70 MB.
 """
 
 from __future__ import annotations
