@@ -18,6 +18,10 @@ JOB_LABEL = "cellscale.io/job"
 ATTEMPT_LABEL = "cellscale.io/attempt"
 USER_LABEL = "cellscale.io/user"
 
+JOBS_SERVICE_ACCOUNT = "cellscale-jobs"  # in every desk's namespace: its jobs' pods run as it (no API rights)
+SERVERS_SERVICE_ACCOUNT = "cellscale-servers"  # in every desk's namespace: its users' servers (no API rights)
+HUB_ROLE = "cellscale-hub"  # the hub's Role and RoleBinding in every desk's namespace
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
@@ -38,6 +42,12 @@ def dns_label(name: str, what: str) -> str:
 def namespace(tenant: str, prefix: str = "") -> str:
     """The desk's namespace: `prefix` + the tenant's name."""
     return dns_label(prefix + tenant, "desk")
+
+
+def cluster_scoped(name: str, prefix: str, what: str) -> str:
+    """A cluster-wide Kueue object of the tenancy (ClusterQueue, Cohort, ResourceFlavor): `prefix` + name,
+    so two cellscale installations can share a cluster (the namespaces take the same prefix)."""
+    return dns_label(prefix + name, what)
 
 
 def workload_name(job_id: str, attempt: int) -> str:

@@ -1,0 +1,170 @@
+"""The tenancy mirror and the hub's RBAC against a real kube-apiserver (1.20, dev/kube.py): the
+objects `kube.tenancy` renders are applied (server-side, idempotent), the hub's own identity (a
+ServiceAccount token from the TokenRequest API) may create JobSets, RayJobs and pods only in the
+desks' namespaces and nothing cluster-wide, and a desk's ResourceQuota is enforced at admission.
+
+Not proven here (no controller runs; docs/kubernetes.md): Kueue admitting against the
+ClusterQueues, and the resourcequota controller's own accounting (a test-only stand-in writes
+the quota's first status, `seed_quota_status`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cellscale_hub.kube import tenancy as kube_tenancy
+from tests.integration.kube_fixtures import apply_as_admin, seed_quota_status
+
+pytestmark = pytest.mark.integration
+
+
+def jobset(name: str) -> dict:
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "default"}},
+        "spec": {
+            "suspend": True,
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def rayjob(name: str) -> dict:
+    head = {"rayStartParams": {}, "template": {"spec": {"containers": [{"name": "head", "image": "rayproject/ray"}]}}}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "default"}},
+        "spec": {"entrypoint": "python -c pass", "suspend": True, "rayClusterSpec": {"headGroupSpec": head}},
+    }
+
+
+def pod(name: str, gpus: int = 1) -> dict:
+    resources = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": str(gpus)}}
+    container = {"name": "main", "image": "busybox", "resources": resources}
+    spec = {"serviceAccountName": "cellscale-jobs", "automountServiceAccountToken": False, "containers": [container]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def test_the_mirror_is_applied_and_applying_it_again_changes_nothing(kube_api, kube_desks):
+    paths = [kube_tenancy.object_path(obj) for obj in kube_desks.objects]
+    with kube_api.admin() as admin:
+        before = {path: admin.get(path).json() for path in paths}
+        apply_as_admin(kube_api, kube_desks.objects)
+        after = {path: admin.get(path).json() for path in paths}
+        namespaces = {ns["metadata"]["name"] for ns in admin.get("/api/v1/namespaces").json()["items"]}
+    assert {path: obj["metadata"]["resourceVersion"] for path, obj in after.items()} == {
+        path: obj["metadata"]["resourceVersion"] for path, obj in before.items()
+    }
+    cq = after[f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{kube_desks.prefix}desk-a"]
+    assert cq["spec"]["cohortName"] == f"{kube_desks.prefix}trading"
+    assert cq["spec"]["resourceGroups"] == [
+        {
+            "coveredResources": ["nvidia.com/gpu", "cpu", "memory"],
+            "flavors": [
+                {
+                    "name": f"{kube_desks.prefix}a100",
+                    "resources": [
+                        {"name": "nvidia.com/gpu", "nominalQuota": "8", "borrowingLimit": "4"},
+                        {"name": "cpu", "nominalQuota": "64"},
+                        {"name": "memory", "nominalQuota": "256Gi"},
+                    ],
+                }
+            ],
+        }
+    ]
+    cohort = after[f"/apis/kueue.x-k8s.io/v1beta2/cohorts/{kube_desks.prefix}trading"]
+    assert cohort["spec"] == {"parentName": f"{kube_desks.prefix}firm", "fairSharing": {"weight": "2"}}
+    local = after[f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{kube_desks.namespace('desk-b')}/localqueues/default"]
+    assert local["spec"]["clusterQueue"] == f"{kube_desks.prefix}desk-b"
+    quota = after[f"/api/v1/namespaces/{kube_desks.namespace('desk-a')}/resourcequotas/cellscale"]
+    # desk-a: 8 GPUs + 4 borrowed, 64 cores + desk-b's 64 lendable, 256 GiB + 256 GiB
+    assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "12", "requests.cpu": "128", "requests.memory": "512Gi"}
+    assert kube_desks.namespace("desk-c") not in namespaces  # desk-c has no queue on the k8s backend
+
+
+def test_the_hub_acts_in_its_desks_namespaces_and_nowhere_else(kube_api, kube_desks):
+    desk_a = kube_desks.namespace("desk-a")
+    seed_quota_status(kube_api, desk_a)
+    other = kube_api.unique("no-hub")
+    with kube_api.admin() as admin:
+        assert admin.post("/api/v1/namespaces", json={"metadata": {"name": other}}).status_code == 201
+        bindings = admin.get("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings").json()["items"]
+    hub_subject = kube_desks.hub.subject
+    assert not [b["metadata"]["name"] for b in bindings if hub_subject in (b.get("subjects") or [])]
+    hub_user = f"system:serviceaccount:{kube_desks.hub.namespace}:{kube_desks.hub.name}"
+
+    with kube_api.client(kube_desks.hub_token) as hub:
+        created = {
+            "JobSet": hub.post(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{desk_a}/jobsets", json=jobset("j1")),
+            "RayJob": hub.post(f"/apis/ray.io/v1/namespaces/{desk_a}/rayjobs", json=rayjob("r1")),
+            "Pod": hub.post(f"/api/v1/namespaces/{desk_a}/pods", json=pod("p1")),
+        }
+        assert {kind: r.status_code for kind, r in created.items()} == {"JobSet": 201, "RayJob": 201, "Pod": 201}, {
+            kind: r.text for kind, r in created.items()
+        }
+        watch = hub.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{desk_a}/workloads")
+        assert watch.status_code == 200, watch.text
+
+        refused = {
+            "a JobSet elsewhere": hub.post(
+                f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{other}/jobsets", json=jobset("j")
+            ),
+            "a pod elsewhere": hub.post(f"/api/v1/namespaces/{other}/pods", json=pod("p")),
+            "pods cluster-wide": hub.get("/api/v1/pods"),
+            "ClusterQueues": hub.get("/apis/kueue.x-k8s.io/v1beta2/clusterqueues"),
+            "a namespace": hub.post("/api/v1/namespaces", json={"metadata": {"name": kube_api.unique("mine")}}),
+            "a RoleBinding in its desk": hub.post(
+                f"/apis/rbac.authorization.k8s.io/v1/namespaces/{desk_a}/rolebindings",
+                json={
+                    "metadata": {"name": "more"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+                    "subjects": [hub_subject],
+                },
+            ),
+        }
+    assert {what: r.status_code for what, r in refused.items()} == dict.fromkeys(refused, 403)
+    assert refused["a JobSet elsewhere"].json()["message"] == (
+        f'jobsets.jobset.x-k8s.io is forbidden: User "{hub_user}" cannot create resource "jobsets" '
+        f'in API group "jobset.x-k8s.io" in the namespace "{other}"'
+    )
+    assert refused["pods cluster-wide"].json()["message"] == (
+        f'pods is forbidden: User "{hub_user}" cannot list resource "pods" in API group "" at the cluster scope'
+    )
+
+
+def test_a_desks_resource_quota_is_enforced_when_pods_are_admitted(kube_api, kube_desks):
+    desk_b = kube_desks.namespace("desk-b")
+    pods = f"/api/v1/namespaces/{desk_b}/pods"
+    with kube_api.client(kube_desks.hub_token) as hub:
+        # a quota without status is not enforced: the admission plugin checks only the resources in
+        # status.hard, which the resourcequota controller (not running here) writes
+        unenforced = hub.post(pods, json=pod("before-status", gpus=17))
+        assert unenforced.status_code == 201, unenforced.text
+
+        seed_quota_status(kube_api, desk_b)  # what the resourcequota controller would write first
+        # desk-b: 8 GPUs and no borrowing limit, and desk-a lends all its 8: at most 16
+        too_big = hub.post(pods, json=pod("too-big", gpus=17))
+        fits = hub.post(pods, json=pod("fits", gpus=2))
+    assert too_big.status_code == 403
+    assert too_big.json()["message"] == (
+        'pods "too-big" is forbidden: exceeded quota: cellscale, requested: requests.nvidia.com/gpu=17, '
+        "used: requests.nvidia.com/gpu=0, limited: requests.nvidia.com/gpu=16"
+    )
+    assert fits.status_code == 201, fits.text
+    with kube_api.admin() as admin:
+        used = admin.get(f"/api/v1/namespaces/{desk_b}/resourcequotas/cellscale").json()["status"]["used"]
+    # counted by the admission plugin itself (the controller would also recount the pod admitted before)
+    assert used["requests.nvidia.com/gpu"] == "2"
