@@ -254,8 +254,9 @@ class KubernetesDriver(Driver):
             try:
                 if stream.resource_version is None:
                     await self._list(stream)
-                await self._watch(stream)
+                await self._watch(stream)  # ends when the server's timeoutSeconds is up: resume at once
                 backoff = 0.2
+                continue
             except asyncio.CancelledError:
                 raise
             except ApiException as exc:
@@ -491,7 +492,7 @@ class KubernetesDriver(Driver):
         obj = stream.objects.get(name)
         if obj is None:
             return self._gone(ref, kind)
-        workload = _workload_of(workloads.objects.values(), kind.kind, name)
+        workload = _workload_of(list(workloads.objects.values()), kind.kind, name)  # a copy: the loop thread writes
         view = observe(obj, workload)
         supervisors = self._supervisors(ref)
         if view.state is AttemptState.CANCELLED and ref.key not in self._cancelled:

@@ -384,8 +384,13 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m cellscale.runtime.supervisor JOB_DIR ATTEMPT", file=sys.stderr)
         return 2
-    node = int(os.environ.get("SLURM_NODEID") or os.environ.get("JOB_COMPLETION_INDEX") or "0")
-    return Supervisor(JobDir(argv[0]), int(argv[1]), node).run()
+    return Supervisor(JobDir(argv[0]), int(argv[1]), node_index(os.environ)).run()
+
+
+def node_index(env: dict[str, str] | os._Environ) -> int:
+    """Which node of the gang this is: Slurm's SLURM_NODEID, a Kubernetes Indexed Job's
+    JOB_COMPLETION_INDEX (one pod per node), else 0 (the local backend's one node)."""
+    return int(env.get("SLURM_NODEID") or env.get("JOB_COMPLETION_INDEX") or "0")
 
 
 if __name__ == "__main__":
