@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.integration.kernel import RemoteKernel
-from tests.integration.kube_fixtures import kube_api  # noqa: F401 - a session fixture
+from tests.integration.kube_fixtures import kube_api, kube_desks  # noqa: F401 - session fixtures
 from tests.integration.slurm_fixtures import slurm_cluster  # noqa: F401 - a session fixture
 from tests.prometheus import Prometheus
 

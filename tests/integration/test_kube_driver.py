@@ -103,6 +103,15 @@ def attempt(tmp_path: Path, job_id: str, gpus_per_node: int = 4, nodes: int = 2,
     return dataclasses.replace(ref, **changes)
 
 
+def within(rendered, stored) -> bool:
+    """Every field rendered is stored with its value (the API adds its defaults)."""
+    if isinstance(rendered, dict):
+        return isinstance(stored, dict) and all(k in stored and within(v, stored[k]) for k, v in rendered.items())
+    if isinstance(rendered, list):
+        return isinstance(stored, list) and len(rendered) == len(stored) and all(map(within, rendered, stored))
+    return rendered == stored
+
+
 def until(driver: KubernetesDriver, ref: AttemptRef, check, timeout: float = 30):
     """Poll as the controller does until `check(observation)`; the last observation."""
     deadline = time.monotonic() + timeout
@@ -136,10 +145,9 @@ def test_create_watch_admit_succeed(kube_api, desk, tmp_path):  # noqa: F811
             standin.hold = True  # Kueue has not looked at it yet
             ref = dataclasses.replace(ref, backend_ref=driver.submit(ref))
             assert ref.backend_ref == f"{desk.namespace}/cs-aaaaaaaaaaaa-a1"
-            stored = admin.get(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{desk.namespace}/jobsets/cs-aaaaaaaaaaaa-a1")
-            assert (
-                stored.json()["spec"]["replicatedJobs"] == yaml.safe_load(driver.render(ref))["spec"]["replicatedJobs"]
-            )
+            path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{desk.namespace}/jobsets/cs-aaaaaaaaaaaa-a1"
+            stored = admin.get(path).json()
+            assert within(yaml.safe_load(driver.render(ref))["spec"], stored["spec"])  # as rendered, plus defaults
             assert driver.submit(dataclasses.replace(ref, resubmit=True)) == ref.backend_ref  # adopted, not twice
 
             queued = until(driver, ref, lambda o: o.reason and o.reason.startswith("queued in Kueue"))
@@ -149,7 +157,7 @@ def test_create_watch_admit_succeed(kube_api, desk, tmp_path):  # noqa: F811
             )
             woken.clear()
             standin.hold = False
-            admitted = until(driver, ref, lambda o: o.reason and o.reason.startswith("admitted"))
+            admitted = until(driver, ref, lambda o: o.reason and o.reason.endswith("its pods are starting"))
             assert admitted.reason == f"admitted by Kueue to {desk.cluster_queue}; its pods are starting"
             assert woken.is_set()  # the watch told the controller at once
 
@@ -168,7 +176,7 @@ def test_kueues_reasons_for_waiting_and_cancel(kube_api, desk, tmp_path):  # noq
     try:
         with kube_api.admin() as admin, KueueStandIn(admin, [desk.namespace]):
             holder = dataclasses.replace(holder, backend_ref=driver.submit(holder))
-            until(driver, holder, lambda o: o.reason and o.reason.startswith("admitted"))
+            until(driver, holder, lambda o: o.reason and o.reason.endswith("its pods are starting"))
             ref = dataclasses.replace(ref, backend_ref=driver.submit(ref))
             waiting = until(driver, ref, lambda o: o.reason and o.reason.startswith("Kueue queues it"))
             assert waiting.reason == (
@@ -237,6 +245,10 @@ class CuttableProxy:
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
     def cut(self) -> None:
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() below, freeing the port
+        except OSError:
+            pass
         self._listener.close()
         for conn in self._conns:
             try:
@@ -292,7 +304,7 @@ def test_a_cut_watch_resumes_from_its_resource_version(kube_api, desk, tmp_path)
     try:
         with kube_api.admin() as admin, KueueStandIn(admin, [desk.namespace]) as standin:
             ref = dataclasses.replace(ref, backend_ref=driver.submit(ref))
-            until(driver, ref, lambda o: o.reason and o.reason.startswith("admitted"))
+            until(driver, ref, lambda o: o.reason and o.reason.endswith("its pods are starting"))
             stream = driver.stream(JOBSET, desk.namespace)
             assert stream.relists == 1
 
