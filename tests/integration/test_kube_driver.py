@@ -330,3 +330,21 @@ def test_a_cut_watch_resumes_from_its_resource_version(kube_api, desk, tmp_path)
     finally:
         driver.close()
         proxy.cut()
+
+
+def test_the_hubs_namespaced_role_is_enough(kube_api, kube_desks, tmp_path):  # noqa: F811
+    """As the hub's own ServiceAccount (namespaced Roles from `kube.tenancy`, no cluster-wide
+    right) in the mirrored desks: check the queue, create, watch and cancel."""
+    kubeconfig = kube_api.kubeconfig_for(kube_desks.hub_token, tmp_path / "hub-kubeconfig")
+    driver = KubernetesDriver(name="k8s", kubeconfig=str(kubeconfig), namespace_prefix=kube_desks.prefix)
+    ref = attempt(tmp_path, "cs-ffffffffffff", gpus_per_node=2)
+    try:
+        with kube_api.admin() as admin, KueueStandIn(admin, [kube_desks.namespace("desk-a")]):
+            driver.validate_for(ref.spec, "desk-a", "default")
+            ref = dataclasses.replace(ref, backend_ref=driver.submit(ref))
+            admitted = until(driver, ref, lambda o: o.reason and o.reason.endswith("its pods are starting"))
+            assert admitted.reason == f"admitted by Kueue to {kube_desks.prefix}desk-a; its pods are starting"
+            driver.cancel(ref)
+            assert until(driver, ref, lambda o: o.state.ended).state is AttemptState.CANCELLED
+    finally:
+        driver.close()
