@@ -30,7 +30,16 @@ def test_an_inadmissible_jobset_shows_kueues_reason_in_the_cell(hub, token, kern
         standin.hold = True  # Kueue looks at the Workload only once the queue is stopped below
         k = kernel("alice")
         run: dict = {}
-        cell = threading.Thread(target=lambda: run.update(result=k.execute(CELL, timeout=180)), daemon=True)
+        shown = threading.Event()
+        words = f"Kueue cannot admit it (inadmissible): ClusterQueue {desk.cluster_queue} is stopped"
+
+        def watch(text: str) -> None:
+            if words in text:
+                shown.set()
+
+        cell = threading.Thread(
+            target=lambda: run.update(result=k.execute(CELL, timeout=180, on_output=watch)), daemon=True
+        )
         cell.start()
         alice = api(hub, token("alice"))
         job = _wait(alice, lambda j: j["phase"] == "STARTING" and j["backend"] == "k8s")
@@ -40,8 +49,8 @@ def test_an_inadmissible_jobset_shows_kueues_reason_in_the_cell(hub, token, kern
         headers = {"Content-Type": "application/merge-patch+json"}
         admin.patch(f"{KUEUE}/clusterqueues/{desk.cluster_queue}", content=stop, headers=headers).raise_for_status()
         standin.hold = False
-        words = f"Kueue cannot admit it (inadmissible): ClusterQueue {desk.cluster_queue} is stopped"
         _wait(alice, lambda j: j["reason"] == words)
+        assert shown.wait(timeout=60), "the cell never showed Kueue's reason"
 
         alice.post(f"jobs/{job['id']}/cancel").raise_for_status()
         cell.join(timeout=120)
