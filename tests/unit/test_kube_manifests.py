@@ -107,6 +107,11 @@ def test_a_one_node_ray_job_has_no_worker_group():
     ("changes", "words"),
     [
         ({"owner": "Alice;rm"}, "user name 'Alice;rm' is not a valid Unix user name; jobs run as their owner"),
+        (
+            {"owner": "_svc"},
+            "user name '_svc' cannot be a Kubernetes label value (it must start and end with a letter or digit): "
+            "the Kubernetes backend labels each job with its owner; run it on another backend",
+        ),
         ({"uid": 0}, "user 'alice' maps to uid/gid 0: jobs never run as root"),
         (
             {"queue": "Default Queue"},

@@ -19,6 +19,7 @@ job directory (plan.json), never in the manifest.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +50,10 @@ TAS_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 TAS_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 JOBS_VOLUME = "jobs"
 TMP_VOLUME = "tmp"
-DEADLINE_GRACE_S = 120  # the supervisor enforces --time itself; Kubernetes' deadline is the backstop
+DEADLINE_GRACE_S = 120
+LABEL_VALUE = re.compile(
+    r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$"
+)  # Kubernetes' rule for label values  # the supervisor enforces --time itself; Kubernetes' deadline is the backstop
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,11 @@ def _check(attempt: Attempt) -> None:
 
     if not UNIX_USER.match(attempt.owner):
         raise ValueError(f"user name {attempt.owner!r} is not a valid Unix user name; jobs run as their owner")
+    if not LABEL_VALUE.match(attempt.owner):
+        raise ValueError(
+            f"user name {attempt.owner!r} cannot be a Kubernetes label value (it must start and end with a "
+            "letter or digit): the Kubernetes backend labels each job with its owner; run it on another backend"
+        )
     if attempt.uid == 0 or attempt.gid == 0:
         raise ValueError(f"user {attempt.owner!r} maps to uid/gid 0: jobs never run as root")
     dns_label(attempt.queue, "queue")
