@@ -334,9 +334,7 @@ class KubernetesDriver(Driver):
         )
 
     def validate(self, spec: JobSpec) -> None:
-        super().validate(spec)
-        if spec.sweep is not None:
-            raise SpecRejected(f"backend {self.name!r} does not run sweeps (%%cluster map); pick one with --backend")
+        super().validate(spec)  # sweeps are refused before, by placement (runs_sweeps is False)
         if spec.resources.switches and not self.topology_level:
             raise SpecRejected(
                 f"backend {self.name!r} has no topology level configured for --switches; leave --switches out"
