@@ -93,8 +93,10 @@ def make_desk(admin, prefix: str, tenant: str = "desk-a", gpus: int = 8, local_q
     return Desk(prefix, ns, cq)
 
 
-def attempt(tmp_path: Path, job_id: str, gpus_per_node: int = 4, nodes: int = 2, **changes) -> AttemptRef:
-    spec = JobSpec(source="x = 1", launcher="torchrun", resources={"nodes": nodes, "gpus_per_node": gpus_per_node})
+def attempt(
+    tmp_path: Path, job_id: str, gpus_per_node: int = 4, nodes: int = 2, launcher: str = "torchrun", **changes
+) -> AttemptRef:
+    spec = JobSpec(source="x = 1", launcher=launcher, resources={"nodes": nodes, "gpus_per_node": gpus_per_node})
     job_dir = tmp_path / "jobs" / job_id
     job_dir.mkdir(parents=True)
     ref = AttemptRef(
@@ -346,5 +348,25 @@ def test_the_hubs_namespaced_role_is_enough(kube_api, kube_desks, tmp_path):  # 
             assert admitted.reason == f"admitted by Kueue to {kube_desks.prefix}desk-a; its pods are starting"
             driver.cancel(ref)
             assert until(driver, ref, lambda o: o.state.ended).state is AttemptState.CANCELLED
+    finally:
+        driver.close()
+
+
+def test_a_ray_cell_is_a_rayjob_through_kueue(kube_api, desk, tmp_path):  # noqa: F811
+    driver = make_driver(kube_api.kubeconfig, desk)
+    ref = attempt(tmp_path, "cs-999999999999", gpus_per_node=2, launcher="ray")
+    try:
+        with kube_api.admin() as admin, KueueStandIn(admin, [desk.namespace]) as standin:
+            ref = dataclasses.replace(ref, backend_ref=driver.submit(ref))
+            admitted = until(driver, ref, lambda o: o.reason and o.reason.endswith("its pods are starting"))
+            assert admitted.reason == f"admitted by Kueue to {desk.cluster_queue}; its pods are starting"
+            standin.fail(
+                desk.namespace, "RayJob", "cs-999999999999-a1", "Job entrypoint command failed with exit code 1"
+            )
+            failed = until(driver, ref, lambda o: o.state.ended)
+            assert (failed.state, failed.reason) == (
+                AttemptState.FAILED,
+                "RayJob failed: Job entrypoint command failed with exit code 1",
+            )
     finally:
         driver.close()
