@@ -35,6 +35,19 @@ if os.environ.get("CELLSCALE_SLURM_CONF"):
     c.SlurmDriver.data_cache_root = os.environ.get("CELLSCALE_DATA_CACHE", str(dev_cache))
     c.ControlPlane.backends["slurm"]["stage_partition"] = os.environ.get("CELLSCALE_STAGE_PARTITION", "cpu")
 
+# A Kubernetes cluster running Kueue, JobSet and KubeRay (docs/kubernetes.md), used with
+# `%%cluster --backend k8s`: each attempt is a JobSet (a RayJob for --launcher ray) in the desk's
+# namespace, admitted by Kueue through the desk's LocalQueue. Its pods mount the jobs root (a
+# ReadWriteMany PersistentVolumeClaim, CELLSCALE_KUBE_JOBS_CLAIM) where the control plane has it.
+# The dev apiserver (`python -m cellscale_hub.dev.kube up`) prints its kubeconfig.
+if os.environ.get("CELLSCALE_KUBECONFIG"):
+    c.ControlPlane.backends["k8s"] = {"driver": "kubernetes"}
+    c.KubernetesDriver.kubeconfig = os.environ["CELLSCALE_KUBECONFIG"]
+    c.KubernetesDriver.namespace_prefix = os.environ.get("CELLSCALE_KUBE_NAMESPACE_PREFIX", "")
+    c.KubernetesDriver.image = os.environ.get("CELLSCALE_KUBE_IMAGE", "cellscale:latest")
+    c.KubernetesDriver.jobs_claim = os.environ.get("CELLSCALE_KUBE_JOBS_CLAIM", "cellscale-jobs")
+    c.ControlPlane.jobs_root = os.environ.get("CELLSCALE_JOBS_ROOT", str(state / "jobs"))
+
 # Sites (`cellscale dev slurm up --sites`): a second datacenter, cluster dcb (its own
 # slurmctld, its own SLURM_CONF), and dca's burst partition of cloud nodes, billed by the
 # cloud (the dev topology's cloud SIMULATION serves its ledger). Their flavors name sites in

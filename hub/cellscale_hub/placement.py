@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from cellscale.spec import JobSpec, Resources
 from cellscale.vocabulary import Resource
 from cellscale_hub.auth import Principal
-from cellscale_hub.drivers import Driver, SpecRejected
+from cellscale_hub.drivers import BackendUnreachable, Driver, SpecRejected
 from cellscale_hub.scheduling.ceiling import Ceiling, never_fits
 from cellscale_hub.scheduling.resources import Amounts, amount_words
 from cellscale_hub.tenancy import Tenancy
@@ -82,7 +82,7 @@ def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec:
     spec = _resolved(tenancy, spec)
     data = _data(tenancy, spec)
     backends = _backends(tenancy, drivers, who.tenant, queue, cluster_queue, spec)
-    shaped, refusals = _shaped(drivers, backends, spec)
+    shaped, refusals = _shaped(drivers, backends, spec, who.tenant, queue)
     if not shaped:
         raise NeverFits(refusals[0] if len(refusals) == 1 else "; ".join(refusals))
     backend, spec = next(iter(shaped.items()))
@@ -101,9 +101,12 @@ def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec:
     return Placement(who.tenant, queue, cluster_queue, priority, backend, spec, tuple(shaped), data, note)
 
 
-def _shaped(drivers: Mapping[str, Driver], backends: list[str], spec: JobSpec) -> tuple[dict[str, JobSpec], list[str]]:
+def _shaped(
+    drivers: Mapping[str, Driver], backends: list[str], spec: JobSpec, tenant: str, queue: str
+) -> tuple[dict[str, JobSpec], list[str]]:
     """The spec as each backend would run it, keeping only backends that run it the same way
-    as the first that accepts it; and the refusals of the others."""
+    as the first that accepts it; and the refusals of the others (a backend whose own queues
+    cannot say whether they would admit it, its API not answering, is refused with those words)."""
     shaped: dict[str, JobSpec] = {}
     refusals = []
     for backend in backends:
@@ -114,7 +117,8 @@ def _shaped(drivers: Mapping[str, Driver], backends: list[str], spec: JobSpec) -
         try:
             mine = driver.shape(spec)
             driver.validate(mine)
-        except SpecRejected as exc:
+            driver.validate_for(mine, tenant, queue)
+        except (SpecRejected, BackendUnreachable) as exc:
             refusals.append(f"{backend}: {exc}" if len(backends) > 1 else str(exc))
             continue
         if shaped and mine.resources != next(iter(shaped.values())).resources:

@@ -21,6 +21,7 @@ def attempt_ref(jobs_root: Path, job: Job, attempt: Attempt) -> AttemptRef:
         submitted_at=attempt.submitted_at,
         owner=job.owner,
         tenant=job.tenant,
+        queue=job.queue,
         excluded_nodes=tuple(job.excluded_nodes or ()),
         result_key=job.result_key,
     )

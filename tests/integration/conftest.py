@@ -56,6 +56,7 @@ class Hub:
     state: Path
     admin: httpx.Client
     jobs_root: Path | None = None  # where job directories live (shared with the Slurm dev cluster)
+    kube_prefix: str | None = None  # the desks' namespace prefix on the dev kube-apiserver (backend k8s), if any
 
     @property
     def data_dir(self) -> Path:
@@ -122,16 +123,30 @@ def running_hub(state: Path, extra_env: dict[str, str] | None = None):
 
 
 @pytest.fixture(scope="session")
-def hub(tmp_path_factory, slurm_cluster):
-    """The demo hub, with the Slurm dev cluster as a second backend (`--backend slurm`)."""
+def hub(tmp_path_factory, slurm_cluster, request):
+    """The demo hub, with the Slurm dev cluster as a second backend (`--backend slurm`) and, when
+    the dev kube-apiserver runs here (`kube_api`), a Kubernetes backend (`--backend k8s`) whose
+    desks' namespaces take a prefix of this session's own."""
     jobs_root = Path(tempfile.mkdtemp(prefix="hub-", dir=slurm_cluster.jobs_dir))
     jobs_root.chmod(0o711)  # researchers' Slurm jobs reach their own job dirs, nothing else
-    slurm = {"CELLSCALE_SLURM_CONF": slurm_cluster.env["SLURM_CONF"], "CELLSCALE_JOBS_ROOT": str(jobs_root)}
+    env = {"CELLSCALE_SLURM_CONF": slurm_cluster.env["SLURM_CONF"], "CELLSCALE_JOBS_ROOT": str(jobs_root)}
     if slurm_cluster.sites:  # the second datacenter and the burst partition, as the README starts them
-        slurm["CELLSCALE_SLURM_SITES"] = "1"
-    with running_hub(tmp_path_factory.mktemp("hubstate"), slurm) as the_hub:
-        the_hub.jobs_root = jobs_root
+        env["CELLSCALE_SLURM_SITES"] = "1"
+    kube = _kube_api(request)
+    prefix = kube.unique("hub") + "-" if kube else None
+    if kube:
+        env |= {"CELLSCALE_KUBECONFIG": str(kube.kubeconfig), "CELLSCALE_KUBE_NAMESPACE_PREFIX": prefix}
+    with running_hub(tmp_path_factory.mktemp("hubstate"), env) as the_hub:
+        the_hub.jobs_root, the_hub.kube_prefix = jobs_root, prefix
         yield the_hub
+
+
+def _kube_api(request):
+    """The session's dev kube-apiserver, or None where it cannot run (the fixture skips)."""
+    try:
+        return request.getfixturevalue("kube_api")
+    except pytest.skip.Exception:
+        return None
 
 
 @pytest.fixture(scope="session")

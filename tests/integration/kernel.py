@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -43,7 +44,9 @@ class RemoteKernel:
         self.ws = websocket.create_connection(ws_url, header=[f"Authorization: token {token}"], timeout=600)
         self.session = uuid.uuid4().hex
 
-    def execute(self, code: str, timeout: float = 300) -> Execution:
+    def execute(self, code: str, timeout: float = 300, on_output: Callable[[str], None] | None = None) -> Execution:
+        """Run `code` and collect its outputs until the kernel is idle; `on_output` is told each
+        output as it arrives (a test can act on what the cell shows while it runs)."""
         msg_id = uuid.uuid4().hex
         self.ws.send(
             json.dumps(
@@ -87,6 +90,8 @@ class RemoteKernel:
                 text = _text_of(kind, content)
                 if text:
                     result.outputs.append((time.time(), text))
+                    if on_output is not None:
+                        on_output(text)
         return result
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 import errno
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -9,10 +10,11 @@ import time
 
 import pytest
 
+from cellscale.runtime import raycluster
 from cellscale.runtime.jobdir import JobDir
 from cellscale.runtime.rank import visible_devices
 from cellscale.runtime.records import LaunchPlan
-from cellscale.runtime.supervisor import coordinator_port, jax_ranks, launcher_argv
+from cellscale.runtime.supervisor import coordinator_port, jax_ranks, launcher_argv, node_index
 from cellscale.spec import Launcher
 
 
@@ -327,3 +329,21 @@ def test_a_fenced_attempt_never_starts_and_a_started_one_is_never_fenced(tmp_pat
     assert started.pass_gate(1, "fenced") == "started"
     assert "[rank 0] ran" in started.log.read_text()
     assert sorted(p.name for p in started.attempt_dir(1).iterdir() if p.name.startswith("gate")) == ["gate"]
+
+
+def test_each_node_knows_its_index_under_slurm_kubernetes_or_alone():
+    assert [node_index(env) for env in ({"SLURM_NODEID": "3"}, {"JOB_COMPLETION_INDEX": "1"}, {})] == [3, 1, 0]
+
+
+def test_a_ray_cluster_the_backend_started_is_used_as_it_is(tmp_path):
+    """KubeRay's RayJob: no private head; RAY_ADDRESS (set by Ray's job API) names its cluster."""
+    plan = LaunchPlan(job_id="cs-1", attempt=1, launcher="ray", nodes=2, gpus_per_node=1, procs_per_node=1)
+    plan = plan.model_copy(update={"ray_cluster": "backend"})
+    read_end, write_end = os.pipe()
+    env = {"RAY_ADDRESS": "http://127.0.0.1:8265"}
+    with raycluster.head_if(plan, JobDir(tmp_path), env, write_end):
+        assert env == {"RAY_ADDRESS": "http://127.0.0.1:8265"}
+    os.close(write_end)
+    assert os.read(read_end, 1000) == b"[cellscale] ray cluster of the backend: 2 node(s), 2 GPUs\n"
+    with pytest.raises(RuntimeError, match="RAY_ADDRESS is not set"), raycluster.head_if(plan, JobDir(tmp_path), {}, 2):
+        pass

@@ -251,6 +251,7 @@ def _job_routes(router: APIRouter) -> None:
             gpu_ids=gpus,
             owner=who.user,
             tenant=where.tenant,
+            queue=where.queue,
         )
         with ctx.store.session() as session:
             estimate = _estimate(session, ctx, who, where)

@@ -99,6 +99,7 @@ class AttemptRef:
     submitted_at: datetime | None = None
     owner: str = ""
     tenant: str = ""
+    queue: str = ""  # the desk's LocalQueue it was admitted through (a Kueue backend submits to the same)
     resubmit: bool = False  # submitted again after a restart: the backend may already have it
     excluded_nodes: tuple[str, ...] = ()  # nodes that failed this job before: its next attempts avoid them
     nodelist: tuple[str, ...] = ()  # the nodes it must run on (where its datasets were staged), when set
@@ -203,6 +204,9 @@ class Driver(LoggingConfigurable):
     - `shape(spec)`: the spec as this backend runs it (Slurm: whole nodes); identity.
     - `validate(spec)`: refuse a spec this backend can never run (SpecRejected, saying what
       to change); by default checked against `capacity()`.
+    - `validate_for(spec, tenant, queue)`: refuse what this backend's own queueing would never
+      admit for this desk and queue (Kubernetes: Kueue's LocalQueue missing or stopped); nothing
+      by default.
     - `launch_plan(ref)`: what the attempt's runtime reads (Slurm adds its rendezvous).
     - `apply_tenancy(tenancy)`: mirror quotas and fair share into a backend that has a
       scheduler of its own (Slurm: account limits and shares); nothing by default.
@@ -333,6 +337,9 @@ class Driver(LoggingConfigurable):
                 f"--mem {memory}M per node is more than any node of backend {self.name!r} has "
                 f"({cap.memory_mb_per_node}M); ask for at most --mem {cap.memory_mb_per_node // 1024}G"
             )
+
+    def validate_for(self, spec: JobSpec, tenant: str, queue: str) -> None:
+        """Refuse a spec the backend's own queues would never admit for this desk's queue."""
 
     def launch_plan(self, ref: AttemptRef) -> LaunchPlan:
         """What the attempt's runtime reads; backends add what only they know."""

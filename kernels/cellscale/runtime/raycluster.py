@@ -77,8 +77,15 @@ def worker_argv(plan: LaunchPlan, temp_dir: str, head: str, node: int) -> list[s
 @contextlib.contextmanager
 def head_if(plan: LaunchPlan, job: JobDir, env: dict[str, str], log_fd: int) -> Iterator[None]:
     """Run a Ray head around the block when the plan's launcher is Ray; else do nothing.
-    Worker nodes (see `worker`) join it and leave when the block ends."""
+    Worker nodes (see `worker`) join it and leave when the block ends. A cluster the backend
+    started (`plan.ray_cluster == "backend"`, KubeRay) is used as it is."""
     if plan.launcher is not Launcher.ray:
+        yield
+        return
+    if plan.ray_cluster == "backend":  # KubeRay started the cluster; its job API set RAY_ADDRESS
+        if not env.get("RAY_ADDRESS"):
+            raise RuntimeError("the backend's Ray cluster is not named: RAY_ADDRESS is not set")
+        os.write(log_fd, f"[cellscale] ray cluster of the backend: {plan.nodes} node(s), {plan.gpus} GPUs\n".encode())
         yield
         return
     temp_dir = f"/tmp/csray-{plan.job_id[-8:]}-{plan.attempt}-0"

@@ -5,6 +5,8 @@ else parses these files. Light imports only (no torch): the control plane reads 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from cellscale.spec import DatasetRef
@@ -36,6 +38,12 @@ class LaunchPlan(BaseModel):
     timeout_s: float = 3600.0
     master_addr: str | None = Field(None, description="Address of node 0; None: the first host Slurm allocated.")
     master_port: int | None = None
+    ray_cluster: Literal["own", "backend"] = Field(
+        "own",
+        description="A ray job's cluster. own: node 0's supervisor starts a private Ray head and the other nodes' "
+        "supervisors join it; backend: the backend started it (KubeRay's RayJob) and RAY_ADDRESS names it, so one "
+        "supervisor runs, the driver's.",
+    )
     datasets: list[DatasetRef] = Field(default_factory=list, description="What each node stages before its ranks.")
     data_mode: str = "stage"
     data_cache: DataCacheSettings | None = None

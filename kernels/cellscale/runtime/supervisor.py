@@ -1,7 +1,8 @@
 """Run one attempt of a job on one node: `python -m cellscale.runtime.supervisor DIR N`.
 
 One supervisor runs per node (the local backend starts one; on Slurm, `srun` starts one per
-node and SLURM_NODEID says which). It holds its node's lock for as long as it lives (so the
+node and SLURM_NODEID says which; on Kubernetes, each pod of an Indexed Job runs one and its
+JOB_COMPLETION_INDEX says which). It holds its node's lock for as long as it lives (so the
 control plane can tell a live attempt from a dead one even after its own restart), starts
 the launcher, writes heartbeats, enforces the time limit, forwards cancellation, meters what
 the node uses (usage.json) and writes the exit record that the control plane reads. JAX has
@@ -385,8 +386,13 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m cellscale.runtime.supervisor JOB_DIR ATTEMPT", file=sys.stderr)
         return 2
-    node = int(os.environ.get("SLURM_NODEID", "0"))
-    return Supervisor(JobDir(argv[0]), int(argv[1]), node).run()
+    return Supervisor(JobDir(argv[0]), int(argv[1]), node_index(os.environ)).run()
+
+
+def node_index(env: dict[str, str] | os._Environ) -> int:
+    """Which node of the gang this is: Slurm's SLURM_NODEID, a Kubernetes Indexed Job's
+    JOB_COMPLETION_INDEX (one pod per node), else 0 (the local backend's one node)."""
+    return int(env.get("SLURM_NODEID") or env.get("JOB_COMPLETION_INDEX") or "0")
 
 
 if __name__ == "__main__":
