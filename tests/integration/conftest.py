@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.integration.kernel import RemoteKernel
-from tests.integration.kube_fixtures import kube_api, kube_desks  # noqa: F401 - session fixtures
+from tests.integration.kube_fixtures import kube_api, kube_can_run, kube_desks, kube_state_dir  # noqa: F401 - session fixtures
 from tests.integration.slurm_fixtures import slurm_cluster  # noqa: F401 - a session fixture
 from tests.prometheus import Prometheus
 
@@ -123,30 +123,31 @@ def running_hub(state: Path, extra_env: dict[str, str] | None = None):
 
 
 @pytest.fixture(scope="session")
-def hub(tmp_path_factory, slurm_cluster, request):
-    """The demo hub, with the Slurm dev cluster as a second backend (`--backend slurm`) and, when
-    the dev kube-apiserver runs here (`kube_api`), a Kubernetes backend (`--backend k8s`) whose
-    desks' namespaces take a prefix of this session's own."""
+def hub(tmp_path_factory, slurm_cluster):
+    """The demo hub, with the Slurm dev cluster as a second backend (`--backend slurm`) and, where
+    the dev kube-apiserver can run, a Kubernetes backend (`--backend k8s`) whose desks' namespaces
+    take a prefix of this session's own. The hub does not wait for the apiserver (its first build
+    takes minutes and runs beside the other tests): the backend reads the kubeconfig `kube_api`
+    writes when the kube tests start it, as a hub reads a rotated kubeconfig."""
     jobs_root = Path(tempfile.mkdtemp(prefix="hub-", dir=slurm_cluster.jobs_dir))
     jobs_root.chmod(0o711)  # researchers' Slurm jobs reach their own job dirs, nothing else
     env = {"CELLSCALE_SLURM_CONF": slurm_cluster.env["SLURM_CONF"], "CELLSCALE_JOBS_ROOT": str(jobs_root)}
     if slurm_cluster.sites:  # the second datacenter and the burst partition, as the README starts them
         env["CELLSCALE_SLURM_SITES"] = "1"
-    kube = _kube_api(request)
-    prefix = kube.unique("hub") + "-" if kube else None
-    if kube:
-        env |= {"CELLSCALE_KUBECONFIG": str(kube.kubeconfig), "CELLSCALE_KUBE_NAMESPACE_PREFIX": prefix}
+    prefix = f"hub-{secrets.token_hex(3)}-" if kube_can_run() else None
+    if prefix:
+        env |= {"CELLSCALE_KUBECONFIG": str(kube_state_dir() / "kubeconfig"), "CELLSCALE_KUBE_NAMESPACE_PREFIX": prefix}
     with running_hub(tmp_path_factory.mktemp("hubstate"), env) as the_hub:
         the_hub.jobs_root, the_hub.kube_prefix = jobs_root, prefix
         yield the_hub
 
 
-def _kube_api(request):
-    """The session's dev kube-apiserver, or None where it cannot run (the fixture skips)."""
-    try:
-        return request.getfixturevalue("kube_api")
-    except pytest.skip.Exception:
-        return None
+def pytest_collection_modifyitems(items):
+    """The Kubernetes tests last: the dev kube-apiserver they need builds (minutes, the first time)
+    in the background while the others run."""
+    items.sort(
+        key=lambda item: Path(str(item.fspath)).name.startswith("test_kube") and "integration" in str(item.fspath)
+    )
 
 
 @pytest.fixture(scope="session")

@@ -90,12 +90,20 @@ class KubeApi:
         return path
 
 
+def kube_can_run() -> bool:
+    """Whether the dev kube-apiserver is built here, or can be (as root: Debian packages)."""
+    return os.geteuid() == 0 or (dev_kube.build_for().apiserver.exists() and shutil.which("etcd") is not None)
+
+
+def kube_state_dir() -> Path:
+    return Path(os.environ.get("CELLSCALE_KUBE_STATE_DIR", dev_kube.DEFAULT_STATE_DIR))
+
+
 @pytest.fixture(scope="session")
 def kube_api():
-    build = dev_kube.build_for()
-    if os.geteuid() != 0 and not (build.apiserver.exists() and shutil.which("etcd")):
+    if not kube_can_run():
         pytest.skip("the dev kube-apiserver is not built here and building it needs root (Debian packages)")
-    state_dir = Path(os.environ.get("CELLSCALE_KUBE_STATE_DIR", dev_kube.DEFAULT_STATE_DIR))
+    state_dir = kube_state_dir()
     try:
         cluster = dev_kube.up(state_dir, log=lambda line: print(f"[kube up] {line}"), retry_failed_build=False)
     except dev_kube.KubeError as exc:

@@ -152,6 +152,7 @@ class KubernetesDriver(Driver):
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"kube-{self.name}", daemon=True)
         self._thread.start()
         self._api: Any = None
+        self._kubeconfig_stamp: int | None = None
         self._streams: dict[tuple[str, str], Stream] = {}
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, str], tuple[float, dict | None]] = {}
@@ -163,7 +164,20 @@ class KubernetesDriver(Driver):
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return future.result(timeout=timeout or self.request_timeout * 2)
 
+    def _kubeconfig_changed(self) -> bool:
+        """Whether the kubeconfig file was rewritten since it was read (credentials rotated, the
+        API moved): the next request reads it again. False for the in-cluster identity."""
+        try:
+            stamp = os.stat(self.kubeconfig).st_mtime_ns if self.kubeconfig else None
+        except FileNotFoundError:
+            stamp = None
+        changed, self._kubeconfig_stamp = stamp != self._kubeconfig_stamp, stamp
+        return changed
+
     async def _client(self):
+        if self._kubeconfig_changed() and self._api is not None:
+            await self._api.close()
+            self._api = None
         if self._api is None:
             from kubernetes_asyncio import client, config
 
