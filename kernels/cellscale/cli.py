@@ -35,7 +35,7 @@ import httpx
 
 from cellscale.client import ApiError, Client
 from cellscale.display import TextView, status_line
-from cellscale.magicargs import MagicArgs, MagicUsageError, parse_args
+from cellscale.magicargs import MagicArgs, MagicUsageError, TooBig, parse_args
 from cellscale.promote import add_arguments, promote_args
 from cellscale.vocabulary import Phase
 
@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return args.run(args, rest)
+    except TooBig as exc:
+        return _fail(_too_big(exc), 2)
     except (MagicUsageError, UsageError) as exc:
         return _fail(str(exc), 2)
     except ApiError as exc:
@@ -109,6 +111,14 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(pr)
     pr.set_defaults(run=_promote)
     return p
+
+
+def _too_big(exc: TooBig) -> str:
+    """A size past the spec's bounds, with what the queue can ever get (as the magic says it)."""
+    try:
+        return exc.advice(Client.from_env().limits(exc.asked.queue, exc.asked.backend))
+    except (ApiError, RuntimeError, httpx.HTTPError):
+        return str(exc)
 
 
 def _submit(args, rest: list[str]) -> int:

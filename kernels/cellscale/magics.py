@@ -23,7 +23,7 @@ from cellscale import promote
 from cellscale.bundle import InputError, pack_inputs
 from cellscale.client import RETRYABLE, ApiError, Client
 from cellscale.display import describe, make_view, status_line
-from cellscale.magicargs import MagicArgs, MagicUsageError, parse_line, usage
+from cellscale.magicargs import MagicArgs, MagicUsageError, TooBig, parse_line, usage
 from cellscale.points import GridError
 from cellscale.spec import JobView, Phase
 from cellscale.sweep import Sweep, SweepPlan, announce
@@ -64,10 +64,20 @@ class ClusterMagics(Magics):
             if cell is None:
                 return self._command(line)
             return self._run_cell(line, cell)
+        except TooBig as exc:
+            raise UsageError(self._too_big(exc)) from None
         except (MagicUsageError, InputError, GridError) as exc:
             raise UsageError(str(exc)) from None
         except ApiError as exc:
             raise UsageError(f"the control plane refused: {exc}") from None
+
+    def _too_big(self, exc: TooBig) -> str:
+        """The refusal of a size above the spec's bounds, with what the queue can ever give
+        (the static bound when the control plane does not answer)."""
+        try:
+            return exc.advice(self.client.limits(exc.asked.queue, exc.asked.backend))
+        except (ApiError, UsageError, *RETRYABLE):
+            return str(exc)
 
     # -- %%cluster ---------------------------------------------------------------------------
     def _run_cell(self, line: str, cell: str):

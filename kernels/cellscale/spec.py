@@ -823,6 +823,18 @@ class BackendView(BaseModel):
     memory_mb_per_node: int | None = Field(None, description="Memory of its largest node, MiB.")
 
 
+class JobLimits(BaseModel):
+    """The most one job of a queue can ever get: what its quota can reach (nominal plus what
+    its tree may lend) on its best flavor, no more than that backend's largest gang. A
+    `%%cluster` flag above it is refused with these numbers ("ask for at most --gpus 4")."""
+
+    queue: str
+    cluster_queue: str
+    gpus: int | None = Field(None, description="GPUs in all (None: nothing bounds them here).")
+    cpus: int | None = Field(None, description="CPU cores in all (None: nothing bounds them here).")
+    memory_mb: int | None = Field(None, description="Memory in all, MiB (None: nothing bounds it here).")
+
+
 class WhoAmI(BaseModel):
     user: str
     tenant: str | None

@@ -8,7 +8,7 @@ import pytest
 
 from cellscale import cli
 from cellscale.client import ApiError
-from cellscale.spec import RenderView
+from cellscale.spec import JobLimits, RenderView
 
 
 class FakeClient:
@@ -25,6 +25,9 @@ class FakeClient:
 
     def list(self, **_):
         raise self.error
+
+    def limits(self, queue=None, backend=None):
+        return JobLimits(queue=queue or "default", cluster_queue="desk-a", gpus=4, cpus=32, memory_mb=65536)
 
 
 @pytest.fixture
@@ -87,6 +90,10 @@ def test_a_bad_option_says_what_to_change(tmp_path, client, capsys):
     script = tmp_path / "train.py"
     script.write_text("x = 1\n")
     code, _, err = run(capsys, "submit", str(script), "--gpu", "2")
-    assert code == 2 and "did you mean --gpus?" in err and err.count("\n") == 1
+    assert code == 2 and err == "cellscale: unknown option --gpu (did you mean --gpus?)\n"
+    code, _, err = run(capsys, "submit", str(script), "--gpus", "999", "--dry-run")
+    assert (
+        code == 2 and err == "cellscale: --gpus 999 is more than queue default can ever get; ask for at most --gpus 4\n"
+    )
     code, _, err = run(capsys, "submit", str(script), "--env", "X=" + "v" * 70_000, "--dry-run")
     assert code == 2 and err.startswith("cellscale: --env: the environment is 70003 bytes")

@@ -22,6 +22,7 @@ from cellscale.spec import (
     CheckpointView,
     CostEstimate,
     EventView,
+    JobLimits,
     JobPage,
     JobSpec,
     JobView,
@@ -40,7 +41,7 @@ from cellscale_hub.api.errors import install_error_handlers, refusals
 from cellscale_hub.auth import SCOPE_READ, SCOPE_SUBMIT, Principal
 from cellscale_hub.bundles import BundleRefused
 from cellscale_hub.drivers import AttemptRef, Driver
-from cellscale_hub.placement import NoTenant, Placement, Refused, place
+from cellscale_hub.placement import NoTenant, Placement, Refused, job_limits, place
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store import usage
@@ -122,6 +123,21 @@ def _job_routes(router: APIRouter) -> None:
         mine = {local.cluster_queue for t in who.tenants for local in tenancy.tenants[t].queues.values()}
         with ctx.store.session() as session:
             return usage.queue_usage(session, tenancy, utcnow(), ctx.settings.fair_share_half_life_s, only=mine)
+
+    @router.get("/limits", response_model=JobLimits, responses=refusals(401, 403, 422))
+    def limits(
+        who: Reader,
+        ctx: Ctx,
+        queue: Annotated[str | None, Query(max_length=128)] = None,
+        backend: Annotated[str | None, Query(max_length=128)] = None,
+    ) -> JobLimits:
+        """The most one job of your queue (on that backend) can ever get: what a flag above it is refused with."""
+        try:
+            return job_limits(ctx.tenancy.current, ctx.drivers, who, queue, backend)
+        except NoTenant as exc:
+            raise HTTPException(403, str(exc)) from exc
+        except Refused as exc:
+            raise HTTPException(422, str(exc)) from exc
 
     @router.get("/backends", response_model=list[BackendView], responses=refusals(401, 403))
     def backends(who: Reader, ctx: Ctx) -> list[BackendView]:

@@ -58,6 +58,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Limits
+         * @description The most one job of your queue (on that backend) can ever get: what a flag above it is refused with.
+         */
+        get: operations["limits_api_limits_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/backends": {
         parameters: {
             query?: never;
@@ -1389,6 +1409,33 @@ export interface components {
              */
             words: string;
         };
+        /**
+         * JobLimits
+         * @description The most one job of a queue can ever get: what its quota can reach (nominal plus what
+         *     its tree may lend) on its best flavor, no more than that backend's largest gang. A
+         *     `%%cluster` flag above it is refused with these numbers ("ask for at most --gpus 4").
+         */
+        JobLimits: {
+            /** Queue */
+            queue: string;
+            /** Cluster Queue */
+            cluster_queue: string;
+            /**
+             * Gpus
+             * @description GPUs in all (None: nothing bounds them here).
+             */
+            gpus?: number | null;
+            /**
+             * Cpus
+             * @description CPU cores in all (None: nothing bounds them here).
+             */
+            cpus?: number | null;
+            /**
+             * Memory Mb
+             * @description Memory in all, MiB (None: nothing bounds it here).
+             */
+            memory_mb?: number | null;
+        };
         /** JobPage */
         JobPage: {
             /** Items */
@@ -2350,6 +2397,56 @@ export interface operations {
             };
             /** @description The token lacks the scope, or the job or action is not yours. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    limits_api_limits_get: {
+        parameters: {
+            query?: {
+                queue?: string | null;
+                backend?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobLimits"];
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
