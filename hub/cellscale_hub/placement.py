@@ -239,10 +239,14 @@ def _never_words(best: Ceiling, res: Resources, cluster_queue: str) -> str:
         asked, ask = f"{res.cpus} CPUs", ask_for(Resource.cpu, best.most, res)
     else:
         asked, ask = f"--mem {res.memory_mb_per_node}M on {res.nodes} node(s)", ask_for(Resource.memory, best.most, res)
+    most = (
+        f"{best.most} {best.flavor} GPUs"
+        if best.resource is Resource.gpu
+        else amount_words(best.resource, best.most, best.flavor)
+    )
     return (
-        f"{asked} can never be admitted: queue {cluster_queue} can get at most "
-        f"{amount_words(best.resource, best.most, best.flavor)}{_why_most(best)}; ask for at most {ask}, "
-        "or ask an admin to raise the quota"
+        f"{asked} can never be admitted: queue {cluster_queue} can get at most {most}{_why_most(best)}; "
+        f"ask for at most {ask}, or ask an admin to raise the quota"
     )
 
 

@@ -8,6 +8,7 @@ import sys
 from datetime import UTC, datetime
 
 from cellscale.spec import (
+    AheadView,
     CheckpointView,
     IoProfileView,
     JobView,
@@ -29,7 +30,9 @@ PHASE_COLOURS = {
 }
 
 
-def status_line(job: JobView) -> str:
+def status_line(job: JobView, reason: bool = True) -> str:
+    """One line: id, phase, time, attempt, what it asks for and where; its reason unless
+    `reason` is False (`%cluster status` says why it waits on a line of its own)."""
     start = job.started_at or job.created_at
     end = job.finished_at or datetime.now(UTC)
     seconds = max(0, int((end - start).total_seconds()))
@@ -48,7 +51,7 @@ def status_line(job: JobView) -> str:
         what[0],
         f"{what[1]} on {_where(job)}",
     ]
-    if job.reason and (not job.phase.terminal or job.phase is Phase.FAILED):
+    if reason and job.reason and (not job.phase.terminal or job.phase is Phase.FAILED):
         parts.append(job.reason or "")
     if job.pending and job.pending.estimated_start:
         parts.append(f"estimated start {_clock(job.pending.estimated_start)}")
@@ -85,7 +88,7 @@ def origin_line(origin: Origin) -> str:
 def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
     """`%cluster status ID`: the status line, then where it queues, why it waits, each
     attempt with its end reason and fault class, and the newest checkpoints."""
-    lines = [status_line(job)]
+    lines = [status_line(job, reason=job.pending is None)]
     if job.sweep is not None:
         lines.append(f"  sweep: {sweep_line(job.sweep, job)}")
     if job.spec.origin is not None:
@@ -98,7 +101,7 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
         p = job.pending
         lines.append(f"  why pending: {p.message}")
         lines.append(f"  position {p.position} in its queue; {_needs(p)}")
-        lines.extend(f"    ahead: {a.job_id} ({a.cluster_queue}, {a.gpus} GPUs, {a.why})" for a in p.ahead[:5])
+        lines.extend(f"    ahead: {_ahead_words(a)}" for a in p.ahead[:5])
         if p.estimated_start:
             lines.append(f"  estimated start: {_clock(p.estimated_start)} (if the jobs ahead run to their time limits)")
         if p.staging:
@@ -130,6 +133,13 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
             f"{_age(c.committed_at)} ago): {c.url}"
         )
     return "\n".join(lines)
+
+
+def _ahead_words(a: AheadView) -> str:
+    """ "big1 (cs-0123abcd4567, desk-a, 4 GPUs, same queue)": its name first when it has one."""
+    holds = a.holds or _plural(a.gpus, "GPU")
+    named = f"{a.name} ({a.job_id}, " if a.name else f"{a.job_id} ("
+    return f"{named}{a.cluster_queue}, {holds}, {a.why})"
 
 
 def io_lines(io: IoProfileView) -> list[str]:

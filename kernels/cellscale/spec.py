@@ -632,8 +632,11 @@ class AheadView(BaseModel):
 
     job_id: str
     cluster_queue: str
-    gpus: int
+    gpus: int = Field(description="Its GPUs (0: a CPU job).")
     why: str = Field(description="e.g. borrowing, within its quota, next in queue, being preempted.")
+    holds: str = Field("", description='What it holds (or waits for) of the resource in the way: "4 GPUs", "8 CPUs".')
+    name: str | None = Field(None, description="Its name (JobSpec.name), when known.")
+    owner: str | None = Field(None, description="Who submitted it, when known.")
 
 
 class SiteOfferView(BaseModel):

@@ -152,9 +152,11 @@ function needsWords(pending: PendingView): string {
   return `It needs ${plural(needs, noun)}${on}; ${available} ${available === 1 ? 'is' : 'are'} free for it now.`;
 }
 
-/** One job in the way of a waiting one: "cs-… (desk-b): 2 GPUs, borrowing". */
+/** One job in the way of a waiting one, with what it holds of the resource in the way:
+ * "big1 (cs-…, desk-b): 2 GPUs, borrowing", "cs-… (desk-b): 16 CPUs, within its quota". */
 export function aheadWords(ahead: NonNullable<PendingView['ahead']>[number]): string {
-  return `${ahead.job_id} (${ahead.cluster_queue}): ${plural(ahead.gpus, 'GPU')}, ${ahead.why}`;
+  const who = ahead.name ? `${ahead.name} (${ahead.job_id}, ${ahead.cluster_queue})` : `${ahead.job_id} (${ahead.cluster_queue})`;
+  return `${who}: ${ahead.holds}, ${ahead.why}`;
 }
 
 /** An attempt in one line: "#1 on local · succeeded after 42s", "#2 on slurm · failed: NodeFailure (exit 1) on node3". */

@@ -43,7 +43,11 @@ def test_a_desk_at_its_cpu_quota_waits_and_runs_when_cores_free(tmp_path, store)
         2,
         1,
     )
-    assert waiting["reason"].startswith("needs 2 CPUs on local; 1 CPU free to it: queue desk-a")
+    assert waiting["reason"] == (
+        f"waiting for 2 CPUs, 1 free to it: your job {big.json()['name']} holds 2 of the desk's CPUs. Details: "
+        "queue desk-a is at its local cpu quota (3 nominal, no cohort to borrow from); held by "
+        f"{big.json()['id']} (desk-a, 2 CPUs, same queue)"
+    )
     quota = plane.http.get("/api/quota", headers=plane.as_("alice")).json()[0]
     assert (quota["flavors"][0]["cpus_used"], quota["flavors"][0]["cpu_nominal"]) == (2, 3)
     assert (quota["flavors"][0]["memory_mb_used"], quota["flavors"][0]["memory_mb_nominal"]) == (2048, 8192)

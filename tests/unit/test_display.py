@@ -53,6 +53,38 @@ def test_pending_job_says_why_where_and_when():
     assert "ahead: cs-2 (desk-b, 24 GPUs, borrowing)" in text
 
 
+def test_status_says_why_it_waits_once_and_a_cpu_job_ahead_holds_cpus():
+    message = "waiting for 4 CPUs, 0 free to it: your job big1 holds 16 of the desk's CPUs. Details: ..."
+    pending = PendingView(
+        code="PoolLent",
+        message=message,
+        position=1,
+        flavor="gpu",
+        resource="cpu",
+        needs=4,
+        available=0,
+        ahead=[
+            AheadView(
+                job_id="cs-p",
+                cluster_queue="desk-b",
+                gpus=0,
+                why="borrowing",
+                holds="16 CPUs",
+                name="prep",
+                owner="bob",
+            ),
+            AheadView(job_id="cs-q", cluster_queue="desk-b", gpus=0, why="borrowing", holds="1 CPU"),
+        ],
+    )
+    lines = describe(job(pending=pending, reason=message)).splitlines()
+    assert lines[0].startswith("cs-1 · PENDING · ") and lines[0].endswith(" · 1 CPU on slurm")
+    assert [line for line in lines if "holds 16 of the desk's CPUs" in line] == [f"  why pending: {message}"]
+    assert lines[-2:] == [
+        "    ahead: prep (cs-p, desk-b, 16 CPUs, borrowing)",
+        "    ahead: cs-q (desk-b, 1 CPU, borrowing)",
+    ]
+
+
 def test_preempted_attempt_and_warning_show():
     first = AttemptView(
         number=1,

@@ -245,7 +245,7 @@ def _job_routes(router: APIRouter) -> None:
                     EventReason.Finished,
                     message=f"all {len(grid)} points' results are cached from earlier runs of this code: nothing ran",
                 )
-            view = q.job_view(job, ctx.waiting.view(job.id), ctx.tenancy.current.resource_weights)
+            view = q.job_view(job, ctx.waiting.view(job.id, who.user), ctx.tenancy.current.resource_weights)
         ctx.wake()
         return JSONResponse(view.model_dump(mode="json"), status_code=201 if created else 200)
 
@@ -303,7 +303,7 @@ def _job_routes(router: APIRouter) -> None:
             except ValueError as exc:
                 raise HTTPException(400, str(exc)) from exc
             weights = ctx.tenancy.current.resource_weights
-            items = [q.job_view(job, ctx.waiting.view(job.id), weights) for job in rows]
+            items = [q.job_view(job, ctx.waiting.view(job.id, who.user), weights) for job in rows]
             page = JobPage(items=items, next_cursor=next_cursor)
         return _json(page)
 
@@ -311,7 +311,7 @@ def _job_routes(router: APIRouter) -> None:
     def get_job(job_id: str, who: Reader, ctx: Ctx) -> Response:
         with ctx.store.session() as session:
             job = visible_job(session, job_id, who)
-            return _json(q.job_view(job, ctx.waiting.view(job.id), ctx.tenancy.current.resource_weights))
+            return _json(q.job_view(job, ctx.waiting.view(job.id, who.user), ctx.tenancy.current.resource_weights))
 
     @router.post("/jobs/{job_id}/cancel", response_model=JobView, responses=refusals(401, 403, 404, 422))
     def cancel(job_id: str, who: Submitter, ctx: Ctx) -> JobView:
@@ -331,7 +331,7 @@ def _job_routes(router: APIRouter) -> None:
                         actor=who.user,
                         message="cancelled before it was admitted",
                     )
-            view = q.job_view(job, ctx.waiting.view(job.id), ctx.tenancy.current.resource_weights)
+            view = q.job_view(job, ctx.waiting.view(job.id, who.user), ctx.tenancy.current.resource_weights)
         ctx.wake()
         return view
 

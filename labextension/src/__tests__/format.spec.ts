@@ -132,7 +132,7 @@ describe('pendingWords', () => {
     flavor: 'local',
     needs: 2,
     available: 1,
-    ahead: [{ job_id: 'cs-0123456789ab', cluster_queue: 'desk-a', gpus: 2, why: 'next in queue' }],
+    ahead: [{ job_id: 'cs-0123456789ab', cluster_queue: 'desk-a', gpus: 2, why: 'next in queue', holds: '2 GPUs' }],
     estimated_start: '2025-01-01T10:05:00Z',
     resource: 'gpu'
   };
@@ -145,6 +145,19 @@ describe('pendingWords', () => {
       'Estimated start: in 5m 00s (if every job ahead runs to its time limit).'
     ]);
     expect(aheadWords(pending.ahead![0])).toBe('cs-0123456789ab (desk-a): 2 GPUs, next in queue');
+  });
+
+  it('names a job ahead and says what it holds: a CPU job holds CPUs, not GPUs', () => {
+    const cpuJob = {
+      job_id: 'cs-0123456789ab',
+      cluster_queue: 'desk-b',
+      gpus: 0,
+      why: 'borrowing',
+      holds: '16 CPUs',
+      name: 'prep',
+      owner: 'bob'
+    };
+    expect(aheadWords(cpuJob)).toBe('prep (cs-0123456789ab, desk-b): 16 CPUs, borrowing');
   });
 
   it('says when the start is unknown, or next', () => {

@@ -630,13 +630,32 @@ export interface components {
             job_id: string;
             /** Cluster Queue */
             cluster_queue: string;
-            /** Gpus */
+            /**
+             * Gpus
+             * @description Its GPUs (0: a CPU job).
+             */
             gpus: number;
             /**
              * Why
              * @description e.g. borrowing, within its quota, next in queue, being preempted.
              */
             why: string;
+            /**
+             * Holds
+             * @description What it holds (or waits for) of the resource in the way: "4 GPUs", "8 CPUs".
+             * @default
+             */
+            holds: string;
+            /**
+             * Name
+             * @description Its name (JobSpec.name), when known.
+             */
+            name?: string | null;
+            /**
+             * Owner
+             * @description Who submitted it, when known.
+             */
+            owner?: string | null;
         };
         /**
          * AttemptState
