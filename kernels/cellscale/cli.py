@@ -256,8 +256,12 @@ def _source(path: Path) -> str:
 
 
 def _list(args, _rest) -> int:
-    for job in Client.from_env().list(scope=args.scope, phase=args.phase).items:
+    jobs = Client.from_env().list(scope=args.scope, phase=args.phase).items
+    for job in jobs:
         print(status_line(job))
+    if not jobs:  # said on stderr: a script reading the list reads nothing
+        said = f"no {args.phase.lower()} jobs" if args.phase else "no jobs yet; submit one: cellscale submit train.py"
+        print(said, file=sys.stderr)
     return 0
 
 

@@ -110,7 +110,7 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
         mode = " (read from the source: --data-mode stream)" if job.spec.data_mode == "stream" else ""
         lines.append(f"  datasets: {', '.join(d.words() for d in job.spec.datasets)}{mode}")
     for a in job.attempts:
-        end = f": {a.end_reason}" if a.end_reason else ""
+        end = f": {a.end_reason}" if a.end_reason and a.end_reason.lower() != a.state.value.lower() else ""
         fault = f" [{a.fault.words}]" if a.fault else ""
         step = f", step {a.last_step}" if a.last_step is not None else ""
         lines.append(f"  attempt {a.number} on {a.backend}{step}: {a.state.value.lower()}{fault}{end}")

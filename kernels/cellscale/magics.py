@@ -28,6 +28,13 @@ from cellscale.points import GridError
 from cellscale.spec import JobView, Phase
 from cellscale.sweep import Sweep, SweepPlan, announce
 
+NO_JOBS = {
+    "mine": "no jobs yet; run a cell with %%cluster (e.g. %%cluster --gpus 1)",
+    "tenant": "no jobs on your desk yet",
+    "all": "no jobs yet",
+}
+"""What `%cluster list [SCOPE]` says when there is nothing to list."""
+
 STATUS_REFRESH_SECONDS = 1.0
 RECONNECT_SECONDS = 180.0
 
@@ -238,8 +245,12 @@ class ClusterMagics(Magics):
             print(f"[cellscale] {promote.promote_args(self.client, args)}")
             return None
         if verb == "list":
-            for job in self.client.list(scope=rest[0] if rest else "mine").items:
+            scope = rest[0] if rest else "mine"
+            jobs = self.client.list(scope=scope).items
+            for job in jobs:
                 print(status_line(job))
+            if not jobs:
+                print(NO_JOBS.get(scope, f"no jobs in scope {scope}"))
             return None
         if verb in {"status", "attach", "logs", "cancel"}:
             if len(rest) != 1:

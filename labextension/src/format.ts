@@ -159,6 +159,11 @@ export function aheadWords(ahead: NonNullable<PendingView['ahead']>[number]): st
   return `${who}: ${ahead.holds}, ${ahead.why}`;
 }
 
+/** The checkpoint list when it is empty: a job that ended without any has "no checkpoints". */
+export function checkpointsNone(job: Pick<Schemas['JobView'], 'phase'>): string {
+  return isTerminal(job.phase) ? 'no checkpoints' : 'none committed yet';
+}
+
 /** An attempt in one line: "#1 on local · succeeded after 42s", "#2 on slurm · failed: NodeFailure (exit 1) on node3". */
 export function attemptWords(attempt: AttemptView, now: Date = new Date()): string {
   const state = attempt.state.toLowerCase();
@@ -166,7 +171,8 @@ export function attemptWords(attempt: AttemptView, now: Date = new Date()): stri
   if (attempt.end_reason && attempt.end_reason.toLowerCase() !== state) {
     text += `: ${attempt.end_reason}`;
   }
-  if (attempt.exit_code !== null && attempt.exit_code !== 0) {
+  // a cancelled attempt's exit code is how it was stopped (241, a signal): "cancelled" says it
+  if (attempt.exit_code !== null && attempt.exit_code !== 0 && attempt.state !== 'CANCELLED') {
     text += ` (exit ${attempt.exit_code})`;
   }
   if (attempt.failed_nodes?.length) {

@@ -207,7 +207,7 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         attempts = detail.get_by_role("list", name="Attempts")
         expect(attempts.locator("li").first).to_contain_text("#1 on local · cancelled")
         expect(detail.get_by_role("button", name="Cancel job panel-test")).to_be_disabled()
-        detail.get_by_text("Backend script (dry run)").click()
+        detail.get_by_text("Backend script, as run").click()
         expect(detail.get_by_label("Backend script")).to_contain_text("#!")
         page.screenshot(path=ARTIFACTS / "panel-cancelled.png")
 

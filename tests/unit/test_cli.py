@@ -8,7 +8,7 @@ import pytest
 
 from cellscale import cli
 from cellscale.client import ApiError
-from cellscale.spec import JobLimits, RenderView
+from cellscale.spec import JobLimits, JobPage, RenderView
 
 
 class FakeClient:
@@ -24,6 +24,8 @@ class FakeClient:
         raise self.error
 
     def list(self, **_):
+        if self.error is None:
+            return JobPage(items=[])
         raise self.error
 
     def limits(self, queue=None, backend=None):
@@ -97,3 +99,8 @@ def test_a_bad_option_says_what_to_change(tmp_path, client, capsys):
     )
     code, _, err = run(capsys, "submit", str(script), "--env", "X=" + "v" * 70_000, "--dry-run")
     assert code == 2 and err.startswith("cellscale: --env: the environment is 70003 bytes")
+
+
+def test_an_empty_list_says_so_on_stderr(client, capsys):
+    assert run(capsys, "list") == (0, "", "no jobs yet; submit one: cellscale submit train.py\n")
+    assert run(capsys, "list", "--phase", "RUNNING") == (0, "", "no running jobs\n")

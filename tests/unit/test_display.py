@@ -106,6 +106,24 @@ def test_preempted_attempt_and_warning_show():
     assert "attempt 1 on slurm: cancelled: preempted: preempted to return 8 borrowed" in text
 
 
+def test_a_cancelled_attempt_says_cancelled_once_without_its_exit_code():
+    stopped = AttemptView(
+        number=1,
+        backend="local",
+        backend_ref="pid:7",
+        state=AttemptState.CANCELLED,
+        gpu_ids=[],
+        submitted_at=now(),
+        started_at=now(),
+        ended_at=now(),
+        exit_code=241,
+        last_heartbeat=None,
+        end_reason="cancelled",
+    )
+    lines = describe(job(phase=Phase.CANCELLED, attempts=[stopped])).splitlines()
+    assert "  attempt 1 on local: cancelled" in lines and "241" not in "\n".join(lines)
+
+
 def test_attempts_show_fault_class_step_and_checkpoints():
     failed = AttemptView(
         number=1,

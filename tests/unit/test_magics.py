@@ -271,3 +271,21 @@ def test_the_estimate_is_shown_before_it_runs_and_beside_the_cost_after(shell, c
 def test_a_dry_run_says_what_it_would_cost(shell, capsys):
     assert run(shell, CostingClient(), "--gpus 16 --dry-run").success
     assert f"[cellscale] would cost {ESTIMATE.words}" in capsys.readouterr().out
+
+
+class EmptyClient(RecordingClient):
+    def list(self, scope="mine"):
+        return JobPage(items=[])
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("%cluster list", "no jobs yet; run a cell with %%cluster (e.g. %%cluster --gpus 1)\n"),
+        ("%cluster list tenant", "no jobs on your desk yet\n"),
+    ],
+)
+def test_an_empty_list_says_so(shell, capsys, line, words):
+    shell.register_magics(ClusterMagics(shell, client=EmptyClient()))
+    assert shell.run_cell(line).success
+    assert capsys.readouterr().out == words

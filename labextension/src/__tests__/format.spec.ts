@@ -2,6 +2,7 @@ import {
   aheadWords,
   attemptWords,
   budgetLine,
+  checkpointsNone,
   clockDuration,
   costWords,
   describeUser,
@@ -300,6 +301,15 @@ describe('attempts and events', () => {
     expect(attemptWords({ ...attempt, state: 'SUCCEEDED', exit_code: 0, end_reason: 'Succeeded', failed_nodes: [] }, now)).toBe(
       '#2 on slurm · succeeded after 50s'
     );
+    expect(attemptWords({ ...attempt, state: 'CANCELLED', exit_code: 241, end_reason: 'cancelled', failed_nodes: [] }, now)).toBe(
+      '#2 on slurm · cancelled after 50s'
+    );
+  });
+
+  it('says a job that ended without checkpoints has none, and one still running none yet', () => {
+    expect(checkpointsNone({ phase: 'SUCCEEDED' })).toBe('no checkpoints');
+    expect(checkpointsNone({ phase: 'CANCELLED' })).toBe('no checkpoints');
+    expect(checkpointsNone({ phase: 'RUNNING' })).toBe('none committed yet');
   });
 
   it('reads an event as a phase move with its reason', () => {
