@@ -274,17 +274,19 @@ def ask_for(resource: Resource, most: int, res: Resources) -> str:
 def job_limits(
     tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, queue: str | None, backend: str | None
 ) -> JobLimits:
-    """The most one job of `who`'s queue can ever get (on `backend`, if given): on each of the
-    queue's flavors the least of its quota's reach and the backend's size, the best flavor's."""
+    """The most one job of `who`'s queue can ever get on `backend`, or (none given) on the
+    backends a job of that queue goes to: on each of their flavors the least of its quota's
+    reach and the backend's size, the best flavor's."""
     if who.tenant is None:
         raise NoTenant(f"user {who.user} is in no tenant group; ask an admin to add you to a desk")
     try:
         queue, cluster_queue = tenancy.resolve_queue(who.tenant, queue)
     except ValueError as exc:
         raise UnknownName(str(exc)) from exc
-    flavors = [f for f in tenancy.flavors_for(cluster_queue, backend) if tenancy.flavors[f].backend in drivers]
-    if not flavors:
-        raise NoQuota(f"queue {queue} ({cluster_queue}) has no quota" + (f" on backend {backend!r}" if backend else ""))
+    if backend is not None and backend not in drivers:
+        raise UnknownName(f"unknown backend {backend!r}; backends: {', '.join(sorted(drivers))}")
+    placed = _backends(tenancy, drivers, who.tenant, queue, cluster_queue, JobSpec(source="pass", backend=backend))
+    flavors = [f for f in tenancy.flavors_for(cluster_queue) if tenancy.flavors[f].backend in placed]
     best = [0, 0, 0]
     for flavor in flavors:
         size = _size(drivers[tenancy.flavors[flavor].backend])

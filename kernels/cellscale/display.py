@@ -1,5 +1,5 @@
-"""How a job shows in the notebook: a live ipywidgets panel in a notebook kernel, plain
-text in a terminal IPython."""
+"""How a job shows in the notebook: a status line updated in place above the streaming log in
+a notebook kernel, plain text in a terminal IPython."""
 
 from __future__ import annotations
 
@@ -270,34 +270,38 @@ class TextView:
         pass
 
 
-class WidgetView:
+class LiveView:
+    """In a notebook kernel: the status line as one display updated in place (a display id),
+    the log as the cell's own output.
+
+    Plain displays, not ipywidgets: a widget makes JupyterLab's widget manager open a kernel
+    subshell, and the kernel answers that control request with a busy-then-idle status that
+    JupyterLab shows as the kernel's own: the kernel read "Idle" while the cell followed its job.
+    """
+
     def __init__(self):
-        import ipywidgets as widgets
         from IPython.display import display
 
-        self.header = widgets.HTML()
-        self.output = widgets.Output(layout=widgets.Layout(max_height="24em", overflow="auto"))
-        self.box = widgets.VBox([self.header, self.output])
-        display(self.box)
+        self._handle = display(self._bundle("", PHASE_COLOURS[Phase.RUNNING]), raw=True, display_id=True)
+
+    @staticmethod
+    def _bundle(line: str, colour: str) -> dict[str, str]:
+        dot = f'<b style="color:{colour}">●</b>'
+        return {
+            "text/html": f'<span style="font-family:monospace">{dot} {html.escape(line)}</span>',
+            "text/plain": f"[cellscale] {line}",
+        }
 
     def status(self, job: JobView) -> None:
-        colour = PHASE_COLOURS.get(job.phase, "#57606a")
-        self.header.value = (
-            f'<span style="font-family:monospace">'
-            f'<b style="color:{colour}">●</b> {html.escape(status_line(job))}</span>'
-        )
+        self._handle.update(self._bundle(status_line(job), PHASE_COLOURS.get(job.phase, "#57606a")), raw=True)
 
     def log(self, text: str) -> None:
-        self.output.append_stdout(text)
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
     def close(self) -> None:
         pass
 
 
-def make_view(shell) -> TextView | WidgetView:
-    if type(shell).__name__ == "ZMQInteractiveShell":
-        try:
-            return WidgetView()
-        except ImportError:
-            pass
-    return TextView()
+def make_view(shell) -> TextView | LiveView:
+    return LiveView() if type(shell).__name__ == "ZMQInteractiveShell" else TextView()

@@ -97,6 +97,6 @@ def _text_of(kind: str, content: dict) -> str:
         parts = [o.get("text", "") for o in state.get("outputs", [])]
         value = state.get("value", "")  # a label's text; a progress bar's value is a number
         return "".join(parts) + (value if isinstance(value, str) else "")
-    if kind in ("execute_result", "display_data"):
+    if kind in ("execute_result", "display_data", "update_display_data"):
         return content.get("data", {}).get("text/plain", "")
     return ""

@@ -166,3 +166,21 @@ def test_ray_cell_across_two_slurm_nodes(hub, token, kernel):
     assert "[rank 0] nodes 2 gpus 2" in run.text
     assert k.execute("print(hosts)").text.strip() == "2"  # one task on each node
     assert latest_job(hub, token, "bob")["backend"] == "slurm"
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("--gpus 999 --dry-run", "--gpus 999 is more than queue default can ever get; ask for at most --gpus 4"),
+        (
+            "--gpus 999 --backend slurm --dry-run",
+            "--gpus 999 is more than queue default can ever get; ask for at most --gpus 32",
+        ),
+        ("--gpu 2", "unknown option --gpu (did you mean --gpus?)"),
+    ],
+)
+def test_a_refusal_names_the_flag_as_typed(hub, token, kernel, line, words):
+    """The words come from the real control plane (what alice's desk can ever get), through her kernel."""
+    run = kernel("alice").execute(f"%%cluster {line}\nprint('never')\n")
+    assert run.reply["status"] == "error" and run.reply["ename"] == "UsageError"
+    assert run.reply["evalue"] == words

@@ -105,9 +105,9 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
     console = _watch_console(page)
     try:
         panel = open_panel(page)
-        news = page.request.get(f"{hub.url}/user/alice/lab/api/settings/@jupyterlab/apputils-extension:notification")
-        fetch_news = news.json()["schema"]["properties"]["fetchNews"]["default"]
-        assert fetch_news == "false", "the hub fixture's override is gone: the news toast would cover the page"
+        # no news prompt: config/labconfig disables JupyterLab's announcements plugin
+        page_config = json.loads(page.locator("#jupyter-config-data").text_content())
+        assert "@jupyterlab/apputils-extension:announcements" in page_config["disabledExtensions"]
         expect(panel.locator('[data-field="user"]')).to_have_text("alice")
         expect(panel.get_by_role("table", name="Quota of desk-a")).to_be_visible()
         jobs = panel.get_by_role("region", name="Jobs", exact=True)
@@ -125,6 +125,8 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         # the job appears in the list, live; its detail follows the log while it runs
         row = jobs.locator("button.jp-cellscale-jobrow", has_text="panel-test")
         expect(row).to_have_count(1, timeout=30_000)
+        busy = page.locator("#jp-main-statusbar").get_by_text(re.compile(r"Python 3 \(ipykernel\) \| Busy"))
+        expect(busy).to_be_visible()  # the cell runs while it follows its job
         job_id = row.get_attribute("data-job")
         assert re.fullmatch(r"cs-[0-9a-f]{12}", job_id), job_id
         # a second job that cannot fit beside it (desk-a can get 4 local GPUs at most): it waits
@@ -145,6 +147,7 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         log = detail.get_by_role("log", name="Log of panel-test")
         expect(log).to_have_attribute("aria-live", "off")
         expect(log).to_contain_text("[rank 0] step 2", timeout=60_000)
+        expect(busy).to_be_visible()  # still busy with its log streaming into the cell
         expect(detail.locator("[data-phase]").first).to_have_attribute("data-phase", "RUNNING")
         expect(detail.get_by_role("status").filter(has_text=re.compile("^live$"))).to_have_count(1)
         checkpoint = detail.get_by_role("list", name="Checkpoints").locator('li[data-step="3"]')
@@ -179,6 +182,9 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         waiting.click()
         why = panel.get_by_role("region", name="Job waiter", exact=True).get_by_role("note")
         expect(why).to_contain_text("Why it waits")
+        expect(why).to_contain_text(
+            "waiting for 4 GPUs at once, 3 free to it: your job panel-test holds 1 of the desk's GPUs."
+        )
         expect(why).to_contain_text("It is next in its queue.")
         expect(why).to_contain_text("It needs 4 GPUs on local")
         expect(why).to_contain_text("Estimated start:")
@@ -205,7 +211,7 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         expect(detail.get_by_role("status").filter(has_text=re.compile("^complete$"))).to_have_count(1, timeout=30_000)
         expect(detail.get_by_role("list", name="Timeline")).to_contain_text("CancelRequested (by alice)")
         attempts = detail.get_by_role("list", name="Attempts")
-        expect(attempts.locator("li").first).to_contain_text("#1 on local · cancelled")
+        expect(attempts.locator("li").first).to_have_text(re.compile(r"^#1 on local · cancelled after \d"))
         expect(detail.get_by_role("button", name="Cancel job panel-test")).to_be_disabled()
         detail.get_by_text("Backend script, as run").click()
         expect(detail.get_by_label("Backend script")).to_contain_text("#!")
