@@ -21,6 +21,9 @@ from cellscale.spec import (
 )
 from cellscale.vocabulary import Resource
 
+DETAILS = " Details: "
+"""Where a waiting job's reason turns from what it waits for to the quotas behind it (PendingView.message)."""
+
 PHASE_COLOURS = {
     Phase.SUCCEEDED: "#1a7f37",
     Phase.FAILED: "#cf222e",
@@ -52,7 +55,7 @@ def status_line(job: JobView, reason: bool = True) -> str:
         f"{what[1]} on {_where(job)}",
     ]
     if reason and job.reason and (not job.phase.terminal or job.phase is Phase.FAILED):
-        parts.append(job.reason or "")
+        parts.append(job.reason.split(DETAILS, 1)[0])  # a waiting job's details: in %cluster status
     if job.pending and job.pending.estimated_start:
         parts.append(f"estimated start {_clock(job.pending.estimated_start)}")
     if job.pending and job.pending.staging:

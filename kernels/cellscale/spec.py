@@ -658,7 +658,10 @@ class PendingView(BaseModel):
     """Why a job waits: structured, and in plain words."""
 
     code: PendingCode
-    message: str
+    message: str = Field(
+        description='In words: first what it waits for and who has it (the reader\'s own jobs as "your job"), '
+        'then, after " Details: ", the quotas and cohorts behind it.'
+    )
     position: int = Field(description="1 = next in its ClusterQueue.")
     flavor: str | None = None
     needs: int = Field(0, description="How much of `resource` the job needs.")

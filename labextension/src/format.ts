@@ -118,9 +118,11 @@ export function formatUntil(iso: string, now: Date = new Date()): string {
   return ms <= 0 ? 'any moment now' : `in ${formatElapsed(ms)}`;
 }
 
-/** Why a job waits, in plain sentences for the panel (the control plane's words first). */
+/** Why a job waits, in plain sentences for the panel: the control plane's first sentence
+ * first (what it waits for, and who has it), its details (quotas, cohorts) last. */
 export function pendingWords(pending: PendingView, now: Date = new Date()): string[] {
-  const words = [pending.message];
+  const [headline, details] = pending.message.split(/(?<=\.) (?=Details: )/, 2);
+  const words = [headline];
   words.push(
     pending.position === 1
       ? 'It is next in its queue.'
@@ -136,6 +138,9 @@ export function pendingWords(pending: PendingView, now: Date = new Date()): stri
   );
   if (pending.staging) {
     words.push(`Data: ${pending.staging}.`);
+  }
+  if (details) {
+    words.push(details);
   }
   return words;
 }

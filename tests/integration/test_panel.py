@@ -188,7 +188,12 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         expect(why).to_contain_text("It is next in its queue.")
         expect(why).to_contain_text("It needs 4 GPUs on local")
         expect(why).to_contain_text("Estimated start:")
-        assert control_plane.get(f"jobs/{waiter_id}").json()["pending"]["message"] in why.text_content()
+        headline, details = control_plane.get(f"jobs/{waiter_id}").json()["pending"]["message"].split(" Details: ")
+        paragraphs = why.locator("p")
+        expect(paragraphs.first).to_have_text(headline)  # the reason first, its quota details last
+        expect(paragraphs.last).to_have_text(f"Details: {details}")
+        ahead = why.get_by_role("list", name="Jobs ahead of it")
+        expect(ahead).to_have_text(f"panel-test ({job_id}, desk-a): 1 GPU, same queue")
         panel.screenshot(path=ARTIFACTS / "panel-pending.png")
         control_plane.post(f"jobs/{waiter_id}/cancel").raise_for_status()
         row.click()

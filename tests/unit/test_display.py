@@ -76,6 +76,9 @@ def test_status_says_why_it_waits_once_and_a_cpu_job_ahead_holds_cpus():
             AheadView(job_id="cs-q", cluster_queue="desk-b", gpus=0, why="borrowing", holds="1 CPU"),
         ],
     )
+    assert status_line(job(pending=pending, reason=message)).endswith(
+        " · waiting for 4 CPUs, 0 free to it: your job big1 holds 16 of the desk's CPUs."
+    )  # the live line: the reason without its details
     lines = describe(job(pending=pending, reason=message)).splitlines()
     assert lines[0].startswith("cs-1 · PENDING · ") and lines[0].endswith(" · 1 CPU on slurm")
     assert [line for line in lines if "holds 16 of the desk's CPUs" in line] == [f"  why pending: {message}"]

@@ -1056,7 +1056,7 @@ def _blocked_words(
 
 
 def _held(h: Holder, i: int) -> str:
-    return f"{h.gpus} GPUs" if i == 0 else amount_words(RESOURCES[i], h.demand[i])
+    return _plural(h.gpus, "GPU") if i == 0 else amount_words(RESOURCES[i], h.demand[i])
 
 
 def _holders_in_the_way(

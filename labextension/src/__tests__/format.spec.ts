@@ -148,6 +148,18 @@ describe('pendingWords', () => {
     expect(aheadWords(pending.ahead![0])).toBe('cs-0123456789ab (desk-a): 2 GPUs, next in queue');
   });
 
+  it('puts the reason first and its details last', () => {
+    const message =
+      "waiting for 4 GPUs at once, 0 free to it: your job big1 holds 4 of the desk's GPUs. Details: the rest of the local quota of firm's tree is in use";
+    expect(pendingWords({ ...pending, message, position: 1, estimated_start: null }, now)).toEqual([
+      "waiting for 4 GPUs at once, 0 free to it: your job big1 holds 4 of the desk's GPUs.",
+      'It is next in its queue.',
+      'It needs 2 GPUs on local; 1 is free for it now.',
+      'Estimated start: unknown.',
+      "Details: the rest of the local quota of firm's tree is in use"
+    ]);
+  });
+
   it('names a job ahead and says what it holds: a CPU job holds CPUs, not GPUs', () => {
     const cpuJob = {
       job_id: 'cs-0123456789ab',

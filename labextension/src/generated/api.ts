@@ -1766,7 +1766,10 @@ export interface components {
          */
         PendingView: {
             code: components["schemas"]["PendingCode"];
-            /** Message */
+            /**
+             * Message
+             * @description In words: first what it waits for and who has it (the reader's own jobs as "your job"), then, after " Details: ", the quotas and cohorts behind it.
+             */
             message: string;
             /**
              * Position
