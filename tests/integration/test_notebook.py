@@ -131,8 +131,8 @@ def test_control_plane_killed_mid_job_then_the_job_completes_with_intact_logs(hu
     log = api(hub, token("carol")).get(f"jobs/{job['id']}/logs").json()["text"]
     ticks = [line for line in log.splitlines() if line.startswith("[rank 0] tick")]
     assert ticks == [f"[rank 0] tick {i}" for i in range(n)]
-    widget_ticks = {line for line in run.text.splitlines() if line.startswith("[rank 0] tick")}
-    assert widget_ticks == set(ticks)  # the notebook saw every line despite the restart
+    cell_ticks = {line for line in run.text.splitlines() if line.startswith("[rank 0] tick")}
+    assert cell_ticks == set(ticks)  # the notebook saw every line despite the restart
     assert k.execute("print(total)").text.strip() == str(n)
 
 
