@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from cellscale.spec import JobSpec
-from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, AttemptState, EventKind, EventReason, Fault, Phase
+from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, AttemptState, EventKind, EventReason, Fault, Phase, Resource
 from cellscale_hub.bundles import BundleStore
 from cellscale_hub.cloudbill import attribute
 from cellscale_hub.drivers import AttemptRef, BackendUnreachable, Driver, Observation, flavor_capacities
@@ -27,7 +27,7 @@ from cellscale_hub.lifecycle import outcome_of
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.scheduling.admission import Admission, Preemption, Reasons, schedule
 from cellscale_hub.scheduling.capacity import allocate
-from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.scheduling.resources import Amounts, amount_words
 from cellscale_hub.sitehealth import SiteBoard
 from cellscale_hub.staging import StageAhead
 from cellscale_hub.store import Store, totals, usage
@@ -281,7 +281,7 @@ class Controller:
             Phase.ADMITTED,
             EventReason.QuotaReserved,
             attempt=attempt.number,
-            message=f"{job.gpus} {grant.flavor} GPU(s) reserved in {job.cluster_queue}{borrowing}{placed}",
+            message=f"{_reserved(job, grant.flavor)} reserved in {job.cluster_queue}{borrowing}{placed}",
         )
         return job, attempt
 
@@ -762,3 +762,10 @@ def _mark(obs: Observation) -> Observation:
     beat = obs.heartbeat
     bucket = datetime.fromtimestamp(beat.timestamp() // HEARTBEAT_STORE_S * HEARTBEAT_STORE_S, UTC) if beat else None
     return dataclasses.replace(obs, heartbeat=bucket)
+
+
+def _reserved(job: Job, flavor: str) -> str:
+    """What admission reserved for it: its GPUs, or a CPU job's cores (not "0 GPU(s)")."""
+    if job.gpus:
+        return f"{job.gpus} {flavor} GPU(s)"
+    return amount_words(Resource.cpu, job.cpus, flavor)

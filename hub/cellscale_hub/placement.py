@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cellscale.spec import JobSpec, Resources
+from cellscale.spec import JobLimits, JobSpec, Resources
 from cellscale.vocabulary import Resource
 from cellscale_hub.auth import Principal
 from cellscale_hub.drivers import BackendUnreachable, Driver, SpecRejected
-from cellscale_hub.scheduling.ceiling import Ceiling, never_fits
-from cellscale_hub.scheduling.resources import Amounts, amount_words
+from cellscale_hub.scheduling.ceiling import Ceiling, limits, never_fits
+from cellscale_hub.scheduling.resources import UNLIMITED, Amounts, amount_words
 from cellscale_hub.tenancy import Tenancy
 
 
@@ -235,21 +235,78 @@ def _fewer_slots(best: Ceiling, spec: JobSpec, cluster_queue: str) -> tuple[JobS
 
 
 def _never_words(best: Ceiling, res: Resources, cluster_queue: str) -> str:
+    """What was asked, the most the queue can ever get, and the flag's value to ask for instead
+    (the flag the user types: --gpus, --cpus per task, --mem per node)."""
     if best.resource is Resource.gpu:
-        return (
-            f"{res.gpus} GPUs can never be admitted: queue {cluster_queue} can get at most "
-            f"{best.most} {best.flavor} GPUs (nominal {best.nominal} + {best.borrowable} borrowable "
-            f"from its cohort); ask for at most --gpus {best.most}, or ask an admin to raise the quota"
-        )
-    if best.resource is Resource.cpu:
-        asked, change = f"{res.cpus} CPUs", "--cpus or --nodes"
+        asked, ask = f"{res.gpus} GPUs", f"--gpus {best.most}"
+    elif best.resource is Resource.cpu:
+        asked, ask = f"{res.cpus} CPUs", ask_for(Resource.cpu, best.most, res)
     else:
-        asked, change = f"--mem {res.memory_mb_per_node}M on {res.nodes} node(s)", "--mem"
-    return (
-        f"{asked} can never be admitted: queue {cluster_queue} can get at most "
-        f"{amount_words(best.resource, best.most, best.flavor)} (nominal {best.nominal} + {best.borrowable} "
-        f"borrowable from its cohort); lower {change}, or ask an admin to raise the quota"
+        asked, ask = f"--mem {res.memory_mb_per_node}M on {res.nodes} node(s)", ask_for(Resource.memory, best.most, res)
+    most = (
+        f"{best.most} {best.flavor} GPUs"
+        if best.resource is Resource.gpu
+        else amount_words(best.resource, best.most, best.flavor)
     )
+    return (
+        f"{asked} can never be admitted: queue {cluster_queue} can get at most {most}{_why_most(best)}; "
+        f"ask for at most {ask}, or ask an admin to raise the quota"
+    )
+
+
+def _why_most(best: Ceiling) -> str:
+    """Where the ceiling comes from: the backend's size, or the quota (nominal + borrowable)."""
+    if best.capacity is not None and best.most == best.capacity:
+        return " (all the backend has)"
+    if best.nominal is None:
+        return ""
+    return f" (nominal {best.nominal} + {best.borrowable} borrowable from its cohort)"
+
+
+def ask_for(resource: Resource, most: int, res: Resources) -> str:
+    """The flag, with its largest value, that keeps a job shaped like `res` within `most` of
+    `resource` in all: --cpus is per task, --mem per node."""
+    if resource is Resource.gpu:
+        return f"--gpus {most}"
+    if resource is Resource.cpu:
+        per = res.nodes * (res.tasks_per_node or 1)
+        return f"--cpus {max(1, most // per)}" if most >= per else f"--cpus 1 on at most {most} node(s)"
+    per_node = max(1, most // res.nodes)
+    return f"--mem {per_node // 1024}G" if per_node % 1024 == 0 else f"--mem {per_node}M"
+
+
+def job_limits(
+    tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, queue: str | None, backend: str | None
+) -> JobLimits:
+    """The most one job of `who`'s queue can ever get on `backend`, or (none given) on the
+    backends a job of that queue goes to: on each of their flavors the least of its quota's
+    reach and the backend's size, the best flavor's."""
+    if who.tenant is None:
+        raise NoTenant(f"user {who.user} is in no tenant group; ask an admin to add you to a desk")
+    try:
+        queue, cluster_queue = tenancy.resolve_queue(who.tenant, queue)
+    except ValueError as exc:
+        raise UnknownName(str(exc)) from exc
+    if backend is not None and backend not in drivers:
+        raise UnknownName(f"unknown backend {backend!r}; backends: {', '.join(sorted(drivers))}")
+    placed = _backends(tenancy, drivers, who.tenant, queue, cluster_queue, JobSpec(source="pass", backend=backend))
+    flavors = [f for f in tenancy.flavors_for(cluster_queue) if tenancy.flavors[f].backend in placed]
+    best = [0, 0, 0]
+    for flavor in flavors:
+        size = _size(drivers[tenancy.flavors[flavor].backend])
+        for i, ceiling in enumerate(limits(tenancy, cluster_queue, flavor, None if size is None else {flavor: size})):
+            best[i] = max(best[i], ceiling.most)
+    gpus, cpus, memory = (None if most >= UNLIMITED else most for most in best)
+    return JobLimits(queue=queue, cluster_queue=cluster_queue, gpus=gpus, cpus=cpus, memory_mb=memory)
+
+
+def _size(driver: Driver) -> Amounts | None:
+    """All a backend has (its largest gang), or None while it does not answer."""
+    try:
+        cap = driver.capacity()
+    except BackendUnreachable:
+        return None
+    return Amounts(cap.capacity_gpus, cap.capacity_cpus or UNLIMITED, cap.capacity_memory_mb or UNLIMITED)
 
 
 def _backend(

@@ -38,23 +38,35 @@ class WaitingBoard:
         """Each waiting job's reason code, as of the last cycle."""
         return {job_id: code.value for job_id, code in self._reasons.codes().items()}
 
-    def view(self, job_id: str) -> PendingView | None:
+    def view(self, job_id: str, viewer: str | None = None) -> PendingView | None:
+        """Why `job_id` waits, as `viewer` reads it: their own jobs are "your job"."""
         reasons = self._reasons
         if job_id not in reasons:
             return None
-        return pending_view(reasons[job_id]).model_copy(update={"staging": self._staging.get(job_id)})
+        return pending_view(reasons[job_id], viewer).model_copy(update={"staging": self._staging.get(job_id)})
 
 
-def pending_view(reason: PendingReason) -> PendingView:
+def pending_view(reason: PendingReason, viewer: str | None = None) -> PendingView:
+    """The reason for the API; `viewer`'s own jobs in its words ("alice's job big1") become "your job big1"."""
+    message = reason.message.replace(f"{viewer}'s job ", "your job ") if viewer else reason.message
     return PendingView(
         code=reason.code,
-        message=reason.message,
+        message=message,
         position=reason.position,
         flavor=reason.flavor,
         needs=reason.needs,
         available=reason.available,
         ahead=[
-            AheadView(job_id=a.job_id, cluster_queue=a.cluster_queue, gpus=a.gpus, why=a.why) for a in reason.ahead[:10]
+            AheadView(
+                job_id=a.job_id,
+                cluster_queue=a.cluster_queue,
+                gpus=a.gpus,
+                why=a.why,
+                holds=a.holds or f"{a.gpus} GPU{'s' * (a.gpus != 1)}",
+                name=a.name or None,
+                owner=a.owner or None,
+            )
+            for a in reason.ahead[:10]
         ],
         estimated_start=datetime.fromtimestamp(reason.estimated_start).astimezone() if reason.estimated_start else None,
         resource=reason.resource,

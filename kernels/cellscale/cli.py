@@ -35,7 +35,7 @@ import httpx
 
 from cellscale.client import ApiError, Client
 from cellscale.display import TextView, environment_lines, job_table, status_line
-from cellscale.magicargs import MagicArgs, MagicUsageError, parse_args
+from cellscale.magicargs import MagicArgs, MagicUsageError, TooBig, parse_args
 from cellscale.promote import add_arguments, promote_args
 from cellscale.titles import printable
 from cellscale.vocabulary import Phase
@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return args.run(args, rest)
+    except TooBig as exc:
+        return _fail(_too_big(exc), 2)
     except (MagicUsageError, UsageError) as exc:
         return _fail(str(exc), 2)
     except ApiError as exc:
@@ -110,6 +112,14 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(pr)
     pr.set_defaults(run=_promote)
     return p
+
+
+def _too_big(exc: TooBig) -> str:
+    """A size past the spec's bounds, with what the queue can ever get (as the magic says it)."""
+    try:
+        return exc.advice(Client.from_env().limits(exc.asked.queue, exc.asked.backend))
+    except (ApiError, RuntimeError, httpx.HTTPError):
+        return str(exc)
 
 
 def _submit(args, rest: list[str]) -> int:
@@ -256,8 +266,12 @@ def _source(path: Path) -> str:
 
 
 def _list(args, _rest) -> int:
-    for line in job_table(Client.from_env().list(scope=args.scope, phase=args.phase).items):
+    jobs = Client.from_env().list(scope=args.scope, phase=args.phase).items
+    for line in job_table(jobs):
         print(line)
+    if not jobs:  # said on stderr: a script reading the list reads nothing
+        said = f"no {args.phase.lower()} jobs" if args.phase else "no jobs yet; submit one: cellscale submit train.py"
+        print(said, file=sys.stderr)
     return 0
 
 

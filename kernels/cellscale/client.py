@@ -26,6 +26,7 @@ from cellscale.spec import (
     BundleRef,
     CheckpointView,
     EventView,
+    JobLimits,
     JobPage,
     JobSpec,
     JobView,
@@ -163,6 +164,11 @@ class Client:
 
     def backends(self) -> list[BackendView]:
         return [BackendView.model_validate(b) for b in self._call("GET", "api/backends").json()]
+
+    def limits(self, queue: str | None = None, backend: str | None = None) -> JobLimits:
+        """The most one job of the queue (on the backend) can ever get."""
+        params = {k: v for k, v in (("queue", queue), ("backend", backend)) if v is not None}
+        return JobLimits.model_validate(self._call("GET", "api/limits", params=params).json())
 
     def upload_inputs(self, data: bytes) -> BundleRef:
         return BundleRef.model_validate(self._call("POST", "api/bundles", content=data, retries=3).json())

@@ -1,5 +1,5 @@
-"""How a job shows in the notebook: a live ipywidgets panel in a notebook kernel, plain
-text in a terminal IPython."""
+"""How a job shows in the notebook: a status line updated in place above the streaming log in
+a notebook kernel, plain text in a terminal IPython."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from cellscale.spec import (
+    AheadView,
     CheckpointView,
     IoProfileView,
     JobView,
@@ -21,6 +22,9 @@ from cellscale.spec import (
     SweepProgress,
 )
 from cellscale.vocabulary import Resource
+
+DETAILS = " Details: "
+"""Where a waiting job's reason turns from what it waits for to the quotas behind it (PendingView.message)."""
 
 PHASE_COLOURS = {
     Phase.SUCCEEDED: "#1a7f37",
@@ -35,9 +39,10 @@ LIST_TITLE_CHARS = 40
 """Widest title column of `%cluster list` and `cellscale list` (a longer title is cut with …)."""
 
 
-def status_line(job: JobView) -> str:
-    """`cs-0123abcd4567 · train.ipynb [12] · RUNNING · 01:05 · attempt 1 · 2 GPUs · 8 CPUs on local`."""
-    return " · ".join([job.id, job.title, *_state_parts(job)])
+def status_line(job: JobView, reason: bool = True) -> str:
+    """`cs-0123abcd4567 · train.ipynb [12] · RUNNING · 01:05 · attempt 1 · 2 GPUs · 8 CPUs on local`,
+    and why it waits unless `reason` is False (`%cluster status` says why on a line of its own)."""
+    return " · ".join([job.id, job.title, *_state_parts(job, reason)])
 
 
 def job_table(jobs: list[JobView]) -> list[str]:
@@ -50,7 +55,7 @@ def job_table(jobs: list[JobView]) -> list[str]:
     ]
 
 
-def _state_parts(job: JobView) -> list[str]:
+def _state_parts(job: JobView, reason: bool = True) -> list[str]:
     """The status line after the job's id and title: phase, time, attempt, resources, why."""
     start = job.started_at or job.created_at
     end = job.finished_at or datetime.now(UTC)
@@ -69,8 +74,8 @@ def _state_parts(job: JobView) -> list[str]:
         what[0],
         f"{what[1]} on {_where(job)}",
     ]
-    if job.reason and (not job.phase.terminal or job.phase is Phase.FAILED):
-        parts.append(job.reason or "")
+    if reason and job.reason and (not job.phase.terminal or job.phase is Phase.FAILED):
+        parts.append(job.reason.split(DETAILS, 1)[0])  # a waiting job's details: in %cluster status
     if job.pending and job.pending.estimated_start:
         parts.append(f"estimated start {_clock(job.pending.estimated_start)}")
     if job.pending and job.pending.staging:
@@ -106,7 +111,7 @@ def origin_line(origin: Origin) -> str:
 def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
     """`%cluster status ID`: the status line, then where it queues, why it waits, each
     attempt with its end reason and fault class, and the newest checkpoints."""
-    lines = [status_line(job)]
+    lines = [status_line(job, reason=job.pending is None)]
     if job.sweep is not None:
         lines.append(f"  sweep: {sweep_line(job.sweep, job)}")
     if job.spec.origin is not None:
@@ -119,7 +124,7 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
         p = job.pending
         lines.append(f"  why pending: {p.message}")
         lines.append(f"  position {p.position} in its queue; {_needs(p)}")
-        lines.extend(f"    ahead: {a.job_id} ({a.cluster_queue}, {a.gpus} GPUs, {a.why})" for a in p.ahead[:5])
+        lines.extend(f"    ahead: {_ahead_words(a)}" for a in p.ahead[:5])
         if p.estimated_start:
             lines.append(f"  estimated start: {_clock(p.estimated_start)} (if the jobs ahead run to their time limits)")
         if p.staging:
@@ -128,7 +133,7 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
         mode = " (read from the source: --data-mode stream)" if job.spec.data_mode == "stream" else ""
         lines.append(f"  datasets: {', '.join(d.words() for d in job.spec.datasets)}{mode}")
     for a in job.attempts:
-        end = f": {a.end_reason}" if a.end_reason else ""
+        end = f": {a.end_reason}" if a.end_reason and a.end_reason.lower() != a.state.value.lower() else ""
         fault = f" [{a.fault.words}]" if a.fault else ""
         step = f", step {a.last_step}" if a.last_step is not None else ""
         lines.append(f"  attempt {a.number} on {a.backend}{step}: {a.state.value.lower()}{fault}{end}")
@@ -151,6 +156,13 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
             f"{_age(c.committed_at)} ago): {c.url}"
         )
     return "\n".join(lines)
+
+
+def _ahead_words(a: AheadView) -> str:
+    """ "big1 (cs-0123abcd4567, desk-a, 4 GPUs, same queue)": its name first when it has one."""
+    holds = a.holds or _plural(a.gpus, "GPU")
+    named = f"{a.name} ({a.job_id}, " if a.name else f"{a.job_id} ("
+    return f"{named}{a.cluster_queue}, {holds}, {a.why})"
 
 
 def io_lines(io: IoProfileView) -> list[str]:
@@ -281,37 +293,41 @@ class TextView:
         pass
 
 
-class WidgetView:
+class LiveView:
+    """In a notebook kernel: the status line as one display updated in place (a display id),
+    the log as the cell's own output.
+
+    Plain displays, not ipywidgets: a widget makes JupyterLab's widget manager open a kernel
+    subshell, and the kernel answers that control request with a busy-then-idle status that
+    JupyterLab shows as the kernel's own: the kernel read "Idle" while the cell followed its job.
+    """
+
     def __init__(self):
-        import ipywidgets as widgets
         from IPython.display import display
 
-        self.header = widgets.HTML()
-        self.output = widgets.Output(layout=widgets.Layout(max_height="24em", overflow="auto"))
-        self.box = widgets.VBox([self.header, self.output])
-        display(self.box)
+        self._handle = display(self._bundle("", PHASE_COLOURS[Phase.RUNNING]), raw=True, display_id=True)
+
+    @staticmethod
+    def _bundle(line: str, colour: str) -> dict[str, str]:
+        dot = f'<b style="color:{colour}">●</b>'
+        return {
+            "text/html": f'<span style="font-family:monospace">{dot} {html.escape(line)}</span>',
+            "text/plain": f"[cellscale] {line}",
+        }
 
     def status(self, job: JobView) -> None:
-        colour = PHASE_COLOURS.get(job.phase, "#57606a")
-        self.header.value = (
-            f'<span style="font-family:monospace">'
-            f'<b style="color:{colour}">●</b> {html.escape(status_line(job))}</span>'
-        )
+        self._handle.update(self._bundle(status_line(job), PHASE_COLOURS.get(job.phase, "#57606a")), raw=True)
 
     def log(self, text: str) -> None:
-        self.output.append_stdout(text)
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
     def close(self) -> None:
         pass
 
 
-def make_view(shell) -> TextView | WidgetView:
-    if type(shell).__name__ == "ZMQInteractiveShell":
-        try:
-            return WidgetView()
-        except ImportError:
-            pass
-    return TextView()
+def make_view(shell) -> TextView | LiveView:
+    return LiveView() if type(shell).__name__ == "ZMQInteractiveShell" else TextView()
 
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|PRIVATE", re.IGNORECASE)

@@ -17,13 +17,72 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cellscale.spec import JobSpec, Launcher, Resources, Retries, Sweep, parse_memory_mb
+from cellscale.spec import JobLimits, JobSpec, Launcher, Resources, Retries, Sweep, parse_memory_mb
 from cellscale.titles import slug
 from cellscale.wire import explain
 
 
 class MagicUsageError(ValueError):
     pass
+
+
+class TooBig(MagicUsageError):
+    """A size flag above what any job may ask for. The spec knows only those static bounds;
+    what to ask for instead is what the user's queue can ever get, which the control plane
+    knows (`advice`, given its JobLimits)."""
+
+    def __init__(self, args: MagicArgs, flag: str, most: int):
+        self.asked, self.flag, self.most = args, flag, most
+        super().__init__(self.advice(None))
+
+    def typed(self) -> str:
+        """The flag as the user typed it: `--gpus 999`."""
+        value = getattr(self.asked, {"--gpus-per-node": "gpus_per_node"}.get(self.flag, self.flag[2:]))
+        return f"{self.flag} {value}"
+
+    def advice(self, limits: JobLimits | None) -> str:
+        """`--gpus 999 is more than your queue can ever get (4 GPUs in all); ask for at most --gpus 4`;
+        without the queue's limits, the static bound."""
+        most = self._queue_most(limits) if limits is not None else None
+        if most is not None and most < self.most:
+            return (
+                f"{self.typed()} is more than queue {limits.queue} can ever get; ask for at most {self.flag} "
+                f"{self._value(most)}"
+            )
+        return f"{self.typed()} is more than one job may ask for; ask for at most {self.flag} {self._value(self.most)}"
+
+    def _queue_most(self, limits: JobLimits) -> int | None:
+        """The flag's largest value whose job stays within the queue's limits (None: unbounded)."""
+        res = self.asked.resources(bounded=False)
+        if self.flag in ("--gpus", "--gpus-per-node"):
+            total = limits.gpus
+            return None if total is None else (total if self.flag == "--gpus" else total // res.nodes)
+        if self.flag == "--nodes":
+            fits = [
+                limits.gpus // res.gpus_per_node if res.gpus_per_node and limits.gpus is not None else None,
+                limits.cpus // res.cpus_per_node if limits.cpus is not None else None,
+            ]
+            fits = [f for f in fits if f is not None]
+            return min(fits) if fits else None
+        if self.flag == "--cpus":
+            return None if limits.cpus is None else limits.cpus // (res.nodes * (res.tasks_per_node or 1))
+        if self.flag == "--mem":
+            return None if limits.memory_mb is None else limits.memory_mb // res.nodes
+        return None
+
+    def _value(self, most: int) -> str:
+        if self.flag != "--mem":
+            return str(most)
+        return f"{most // 1024}G" if most >= 1024 and most % 1024 == 0 else f"{most}M"
+
+
+SIZE_BOUNDS = {
+    "nodes": Resources.model_fields["nodes"],
+    "gpus_per_node": Resources.model_fields["gpus_per_node"],
+    "cpus_per_task": Resources.model_fields["cpus_per_task"],
+    "memory_mb_per_node": Resources.model_fields["memory_mb_per_node"],
+}
+"""The Resources fields whose upper bound a user meets by asking for too much (TooBig)."""
 
 
 class MagicArgs(BaseModel):
@@ -73,8 +132,13 @@ class MagicArgs(BaseModel):
         except ValidationError as exc:
             raise MagicUsageError(explain(exc)) from None
 
-    def resources(self) -> Resources:
+    def resources(self, bounded: bool = True) -> Resources:
+        """The gang the flags ask for. `bounded`: a size above the spec's bounds is a TooBig
+        naming the flag typed (--gpus 999 sets gpus_per_node 999 on one node: it says --gpus);
+        unbounded (to work out what to ask for instead), the sizes as asked."""
         nodes, per_node = self.nodes, self.gpus_per_node
+        if nodes is not None and nodes < 1:
+            raise MagicUsageError(f"--nodes {nodes}: a job runs on 1 node or more")
         if self.gpus == 0:
             if per_node:
                 raise MagicUsageError("--gpus 0 is a CPU job: leave out --gpus-per-node")
@@ -97,15 +161,31 @@ class MagicArgs(BaseModel):
             memory = parse_memory_mb(self.mem) if self.mem is not None else None
         except ValueError as exc:
             raise MagicUsageError(f"--mem {exc}") from None
-        return Resources(
-            nodes=nodes or 1,
-            gpus_per_node=per_node or 0,
-            tasks_per_node=self.tasks_per_node,
-            cpus_per_task=self.cpus if self.cpus is not None else 1,
-            memory_mb_per_node=memory,
-            timeout_min=self.time,
-            switches=self.switches,
-        )
+        sizes = {
+            "nodes": nodes or 1,
+            "gpus_per_node": per_node or 0,
+            "cpus_per_task": self.cpus if self.cpus is not None else 1,
+            "memory_mb_per_node": memory,
+        }
+        if bounded:
+            self._within_bounds(sizes)
+        fields = dict(tasks_per_node=self.tasks_per_node, timeout_min=self.time, switches=self.switches)
+        return Resources(**sizes, **fields) if bounded else Resources.model_construct(**sizes, **fields)
+
+    def _within_bounds(self, sizes: dict[str, int | None]) -> None:
+        """Raise TooBig for the first size above the spec's bound, named by the flag typed."""
+        typed = {
+            "nodes": "--nodes",
+            "gpus_per_node": "--gpus-per-node" if self.gpus_per_node is not None else "--gpus",
+            "cpus_per_task": "--cpus",
+            "memory_mb_per_node": "--mem",
+        }
+        for field, info in SIZE_BOUNDS.items():
+            most = next(m.le for m in info.metadata if getattr(m, "le", None) is not None)
+            if sizes[field] is not None and sizes[field] > most:
+                if typed[field] == "--gpus":  # one node unless --nodes: the bound is per node
+                    most *= sizes["nodes"]
+                raise TooBig(self, typed[field], most)
 
     def to_spec(self, source: str, inputs_sha256: str | None = None, sweep: Sweep | None = None) -> JobSpec:
         try:
@@ -213,7 +293,7 @@ def parse_args(argv: list[str], sweep: bool = False, sweep_hint: str = MAP_HINT)
     try:
         ns = PARSER.parse_args(argv)
     except argparse.ArgumentError as exc:
-        raise MagicUsageError(f"{exc}; usage: {usage()}") from None
+        raise MagicUsageError(_argument_words(exc)) from None
     if not sweep:
         given = [flag for field, flag in SWEEP_FLAGS.items() if getattr(ns, field) is not None]
         if given:
@@ -249,13 +329,50 @@ def _names(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
+LIST_FLAGS = "%cluster alone lists every flag"
+
+
+def _argument_words(exc: argparse.ArgumentError) -> str:
+    """argparse's refusal of one flag's value, in the words of the flag typed:
+    "--gpus 'abc' is not a whole number", "--launcher 'x' is not one of torchrun, ray, ..."."""
+    flag, message = exc.argument_name or "", exc.message
+    if message.startswith("invalid int value: ") or message.startswith("invalid float value: "):
+        kind = "a whole number" if "int" in message.split(":")[0] else "a number"
+        return f"{flag} {message.split(': ', 1)[1]} is not {kind}"
+    if message.startswith("invalid choice: "):
+        value = message.split(": ", 1)[1].split(" (choose", 1)[0]
+        choices = [action.choices for action in PARSER._actions if flag in action.option_strings][0]
+        return f"{flag} {value} is not one of {', '.join(choices)}"
+    if message.startswith("expected one argument"):
+        return f"{flag} needs a value"
+    return f"{flag}: {message}" if flag else message
+
+
 def _suggest(message: str, parser: argparse.ArgumentParser) -> str:
-    if "unrecognized arguments" in message:
-        flags = [opt for action in parser._actions for opt in action.option_strings]
-        unknown = message.split(":", 1)[1].split()
-        hints = []
-        for flag in unknown:
-            close = difflib.get_close_matches(flag.split("=")[0], flags, n=1)
-            hints.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
-        return f"unknown option {', '.join(hints)}; usage: {usage()}"
-    return f"{message}; usage: {usage()}"
+    """An unrecognized word as what it most likely is: a misspelt flag ("unknown option --gpu
+    (did you mean --gpus?)"; a word after it is its value, not named again), or a value with
+    no flag before it."""
+    if "unrecognized arguments" not in message:
+        return message
+    flags = [opt for action in parser._actions for opt in action.option_strings]
+    words = message.split(":", 1)[1].split()
+    unknown = [w for w in words if w.startswith("-") and not _is_number(w)]
+    if not unknown:
+        stray = " ".join(words)
+        return f"unexpected {stray!r}: each value follows its flag (--gpus 2); {LIST_FLAGS}"
+    hints = []
+    for flag in unknown:
+        close = difflib.get_close_matches(flag.split("=")[0], flags, n=1)
+        hints.append(
+            f"unknown option {flag.split('=')[0]} (did you mean {close[0]}?)" if close else f"unknown option {flag}"
+        )
+    said = "; ".join(hints)
+    return said if all("did you mean" in h for h in hints) else f"{said}; {LIST_FLAGS}"
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True

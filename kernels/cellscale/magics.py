@@ -23,11 +23,18 @@ from cellscale import promote
 from cellscale.bundle import InputError, pack_inputs
 from cellscale.client import RETRYABLE, ApiError, Client
 from cellscale.display import describe, environment_lines, job_table, make_view, status_line
-from cellscale.magicargs import MagicArgs, MagicUsageError, parse_line, usage
+from cellscale.magicargs import MagicArgs, MagicUsageError, TooBig, parse_line, usage
 from cellscale.points import GridError
 from cellscale.spec import JobSpec, JobView, Phase
 from cellscale.sweep import Sweep, SweepPlan, announce
 from cellscale.titles import cell_title
+
+NO_JOBS = {
+    "mine": "no jobs yet; run a cell with %%cluster (e.g. %%cluster --gpus 1)",
+    "tenant": "no jobs on your desk yet",
+    "all": "no jobs yet",
+}
+"""What `%cluster list [SCOPE]` says when there is nothing to list."""
 
 STATUS_REFRESH_SECONDS = 1.0
 RECONNECT_SECONDS = 180.0
@@ -65,10 +72,20 @@ class ClusterMagics(Magics):
             if cell is None:
                 return self._command(line)
             return self._run_cell(line, cell)
+        except TooBig as exc:
+            raise UsageError(self._too_big(exc)) from None
         except (MagicUsageError, InputError, GridError) as exc:
             raise UsageError(str(exc)) from None
         except ApiError as exc:
             raise UsageError(f"the control plane refused: {exc}") from None
+
+    def _too_big(self, exc: TooBig) -> str:
+        """The refusal of a size above the spec's bounds, with what the queue can ever give
+        (the static bound when the control plane does not answer)."""
+        try:
+            return exc.advice(self.client.limits(exc.asked.queue, exc.asked.backend))
+        except (ApiError, UsageError, *RETRYABLE):
+            return str(exc)
 
     # -- %%cluster ---------------------------------------------------------------------------
     def _run_cell(self, line: str, cell: str):
@@ -232,8 +249,12 @@ class ClusterMagics(Magics):
             print(f"[cellscale] {promote.promote_args(self.client, args)}")
             return None
         if verb == "list":
-            for line in job_table(self.client.list(scope=rest[0] if rest else "mine").items):
+            scope = rest[0] if rest else "mine"
+            jobs = self.client.list(scope=scope).items
+            for line in job_table(jobs):
                 print(line)
+            if not jobs:
+                print(NO_JOBS.get(scope, f"no jobs in scope {scope}"))
             return None
         if verb in {"status", "attach", "logs", "cancel"}:
             if len(rest) != 1:

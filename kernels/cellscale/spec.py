@@ -656,8 +656,11 @@ class AheadView(BaseModel):
 
     job_id: str
     cluster_queue: str
-    gpus: int
+    gpus: int = Field(description="Its GPUs (0: a CPU job).")
     why: str = Field(description="e.g. borrowing, within its quota, next in queue, being preempted.")
+    holds: str = Field("", description='What it holds (or waits for) of the resource in the way: "4 GPUs", "8 CPUs".')
+    name: str | None = Field(None, description="Its name (JobSpec.name), when known.")
+    owner: str | None = Field(None, description="Who submitted it, when known.")
 
 
 class SiteOfferView(BaseModel):
@@ -679,7 +682,10 @@ class PendingView(BaseModel):
     """Why a job waits: structured, and in plain words."""
 
     code: PendingCode
-    message: str
+    message: str = Field(
+        description='In words: first what it waits for and who has it (the reader\'s own jobs as "your job"), '
+        'then, after " Details: ", the quotas and cohorts behind it.'
+    )
     position: int = Field(description="1 = next in its ClusterQueue.")
     flavor: str | None = None
     needs: int = Field(0, description="How much of `resource` the job needs.")
@@ -851,6 +857,18 @@ class BackendView(BaseModel):
     cpus_per_node: int | None = Field(None, description="Cores of its largest node.")
     capacity_memory_mb: int | None = Field(None, description="Memory in all, MiB.")
     memory_mb_per_node: int | None = Field(None, description="Memory of its largest node, MiB.")
+
+
+class JobLimits(BaseModel):
+    """The most one job of a queue can ever get: what its quota can reach (nominal plus what
+    its tree may lend) on its best flavor, no more than that backend's largest gang. A
+    `%%cluster` flag above it is refused with these numbers ("ask for at most --gpus 4")."""
+
+    queue: str
+    cluster_queue: str
+    gpus: int | None = Field(None, description="GPUs in all (None: nothing bounds them here).")
+    cpus: int | None = Field(None, description="CPU cores in all (None: nothing bounds them here).")
+    memory_mb: int | None = Field(None, description="Memory in all, MiB (None: nothing bounds it here).")
 
 
 class WhoAmI(BaseModel):

@@ -118,9 +118,11 @@ export function formatUntil(iso: string, now: Date = new Date()): string {
   return ms <= 0 ? 'any moment now' : `in ${formatElapsed(ms)}`;
 }
 
-/** Why a job waits, in plain sentences for the panel (the control plane's words first). */
+/** Why a job waits, in plain sentences for the panel: the control plane's first sentence
+ * first (what it waits for, and who has it), its details (quotas, cohorts) last. */
 export function pendingWords(pending: PendingView, now: Date = new Date()): string[] {
-  const words = [pending.message];
+  const [headline, details] = pending.message.split(/(?<=\.) (?=Details: )/, 2);
+  const words = [headline];
   words.push(
     pending.position === 1
       ? 'It is next in its queue.'
@@ -137,6 +139,9 @@ export function pendingWords(pending: PendingView, now: Date = new Date()): stri
   if (pending.staging) {
     words.push(`Data: ${pending.staging}.`);
   }
+  if (details) {
+    words.push(details);
+  }
   return words;
 }
 
@@ -152,9 +157,16 @@ function needsWords(pending: PendingView): string {
   return `It needs ${plural(needs, noun)}${on}; ${available} ${available === 1 ? 'is' : 'are'} free for it now.`;
 }
 
-/** One job in the way of a waiting one: "cs-… (desk-b): 2 GPUs, borrowing". */
+/** One job in the way of a waiting one, with what it holds of the resource in the way:
+ * "big1 (cs-…, desk-b): 2 GPUs, borrowing", "cs-… (desk-b): 16 CPUs, within its quota". */
 export function aheadWords(ahead: NonNullable<PendingView['ahead']>[number]): string {
-  return `${ahead.job_id} (${ahead.cluster_queue}): ${plural(ahead.gpus, 'GPU')}, ${ahead.why}`;
+  const who = ahead.name ? `${ahead.name} (${ahead.job_id}, ${ahead.cluster_queue})` : `${ahead.job_id} (${ahead.cluster_queue})`;
+  return `${who}: ${ahead.holds}, ${ahead.why}`;
+}
+
+/** The checkpoint list when it is empty: a job that ended without any has "no checkpoints". */
+export function checkpointsNone(job: Pick<Schemas['JobView'], 'phase'>): string {
+  return isTerminal(job.phase) ? 'no checkpoints' : 'none committed yet';
 }
 
 /** An attempt in one line: "#1 on local · succeeded after 42s", "#2 on slurm · failed: NodeFailure (exit 1) on node3". */
@@ -164,7 +176,8 @@ export function attemptWords(attempt: AttemptView, now: Date = new Date()): stri
   if (attempt.end_reason && attempt.end_reason.toLowerCase() !== state) {
     text += `: ${attempt.end_reason}`;
   }
-  if (attempt.exit_code !== null && attempt.exit_code !== 0) {
+  // a cancelled attempt's exit code is how it was stopped (241, a signal): "cancelled" says it
+  if (attempt.exit_code !== null && attempt.exit_code !== 0 && attempt.state !== 'CANCELLED') {
     text += ` (exit ${attempt.exit_code})`;
   }
   if (attempt.failed_nodes?.length) {

@@ -76,6 +76,21 @@ def test_impossible_requests_are_refused_and_nothing_is_stored(plane, spec, stat
     assert plane.http.get("/api/jobs", headers=plane.as_("alice")).json()["items"] == []
 
 
+def test_limits_say_the_most_one_job_of_the_queue_can_ever_get(plane):
+    """What the magic words a size past the spec's bounds with (--gpus 999: "ask for at most
+    --gpus 4"): the queue's quota reach, no more than the backend has."""
+    plane.driver.cpus, plane.driver.memory_mb = 8, 16384  # the backend's size, not this machine's
+    mine = plane.http.get("/api/limits", headers=plane.as_("alice"))
+    assert mine.json() == {"queue": "default", "cluster_queue": "desk-a", "gpus": 4, "cpus": 8, "memory_mb": 16384}
+    nosuch = plane.http.get("/api/limits?queue=nosuch", headers=plane.as_("alice"))
+    assert (nosuch.status_code, nosuch.json()["detail"]) == (
+        422,
+        "tenant 'desk-a' has no queue 'nosuch'; its queues are: default, research",
+    )
+    assert plane.http.get("/api/limits", headers=plane.as_("dave")).status_code == 403
+    assert plane.http.get("/api/limits").status_code == 401
+
+
 def test_a_refused_field_is_one_sentence_naming_the_flag(plane):
     response = plane.submit("alice", resources={"gpus_per_node": 999})
     assert response.status_code == 422

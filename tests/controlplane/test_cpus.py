@@ -43,7 +43,11 @@ def test_a_desk_at_its_cpu_quota_waits_and_runs_when_cores_free(tmp_path, store)
         2,
         1,
     )
-    assert waiting["reason"].startswith("needs 2 CPUs on local; 1 CPU free to it: queue desk-a")
+    assert waiting["reason"] == (
+        f"waiting for 2 CPUs, 1 free to it: your job {big.json()['name']} holds 2 of the desk's CPUs. Details: "
+        "queue desk-a is at its local cpu quota (3 nominal, no cohort to borrow from); held by "
+        f"{big.json()['id']} (desk-a, 2 CPUs, same queue)"
+    )
     quota = plane.http.get("/api/quota", headers=plane.as_("alice")).json()[0]
     assert (quota["flavors"][0]["cpus_used"], quota["flavors"][0]["cpu_nominal"]) == (2, 3)
     assert (quota["flavors"][0]["memory_mb_used"], quota["flavors"][0]["memory_mb_nominal"]) == (2048, 8192)
@@ -72,11 +76,20 @@ def test_impossible_cpu_and_memory_asks_are_refused_with_the_numbers(tmp_path, s
     plane.driver.cpus, plane.driver.memory_mb = 8, 16384
     too_wide = plane.submit(launcher="plain", resources={"cpus_per_task": 12})
     assert too_wide.status_code == 422
-    assert "12 CPUs per node" in too_wide.json()["detail"] and "at most 8 per node" in too_wide.json()["detail"]
+    assert too_wide.json()["detail"] == (
+        "12 CPUs per node (1 task(s) x --cpus 12) is more than any node of backend 'local' has (8); "
+        "ask for at most --cpus 8"
+    )
     over_quota = plane.submit(launcher="plain", resources={"cpus_per_task": 4})
-    assert over_quota.status_code == 422 and "at most 3 CPUs (local)" in over_quota.json()["detail"]
+    assert over_quota.status_code == 422 and over_quota.json()["detail"] == (
+        "4 CPUs can never be admitted: queue desk-a can get at most 3 CPUs (local) (nominal 3 + 0 borrowable from "
+        "its cohort); ask for at most --cpus 3, or ask an admin to raise the quota"
+    )
     too_much = plane.submit(launcher="plain", resources={"memory_mb_per_node": "9G"})
-    assert too_much.status_code == 422 and "at most 8 GiB of memory (local)" in too_much.json()["detail"]
+    assert too_much.status_code == 422 and too_much.json()["detail"] == (
+        "--mem 9216M on 1 node(s) can never be admitted: queue desk-a can get at most 8 GiB of memory (local) "
+        "(nominal 8192 + 0 borrowable from its cohort); ask for at most --mem 8G, or ask an admin to raise the quota"
+    )
     node = plane.submit(launcher="plain", resources={"memory_mb_per_node": "32G"})
     assert node.status_code == 422 and "--mem 32768M per node is more than any node" in node.json()["detail"]
 

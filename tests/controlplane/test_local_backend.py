@@ -146,7 +146,11 @@ def test_gangs_get_disjoint_gpus_and_wait_all_or_nothing(plane):
     b = plane.submit(source=show, resources={"gpus_per_node": 2}).json()
     plane.run_until(a["id"], {Phase.RUNNING})
     waiting = plane.http.get(f"/api/jobs/{b['id']}", headers=plane.as_("alice")).json()
-    assert waiting["phase"] == "PENDING" and "2 local GPU(s)" in waiting["reason"] and "1 free" in waiting["reason"]
+    assert waiting["phase"] == "PENDING" and waiting["reason"] == waiting["pending"]["message"]
+    said = "waiting for 2 GPUs at once, 1 free to it: {} {} holds 3 of the desk's GPUs. Details: "
+    assert waiting["reason"].startswith(said.format("your job", a["name"]))  # alice's own job is in the way
+    mate = plane.http.get(f"/api/jobs/{b['id']}", headers=plane.as_("carol")).json()  # her desk mate
+    assert mate["reason"].startswith(said.format("alice's job", a["name"]))
     plane.run_until(b["id"], TERMINAL)
     assert "[rank 0] gpus 0,1,2" in log_of(plane, a["id"])["text"]
     assert "[rank 0] gpus 0,1" in log_of(plane, b["id"])["text"]

@@ -1,7 +1,6 @@
 # A hub configuration from config/ (the demo's by default; CELLSCALE_TEST_HUB_BASE picks
 # another), plus an admin service whose token the tests use to create users' tokens and
 # start their servers.
-import json
 import os
 import shutil
 import tempfile
@@ -25,14 +24,14 @@ if os.getuid() == 0:  # servers run as their users (config/jupyterhub_config.py)
 
     ensure_users(["erin"])
 
-# JupyterLab in the browser tests: no news toast over the page (a labconfig default-settings
-# override in labconfig/ of a JUPYTER_CONFIG_PATH folder, which every user server reads).
-# (a folder every user may read: their servers run as themselves)
+# JupyterLab as the checkout configures it (config/labconfig: no news prompt, its
+# announcements plugin disabled), not as the venv's installed copy does: its labconfig/ in a
+# JUPYTER_CONFIG_PATH folder, which every user server reads (a folder every user may read:
+# their servers run as themselves).
 lab_config = Path(tempfile.mkdtemp(prefix="cellscale-lab-config-"))
 lab_config.chmod(0o755)
-(lab_config / "labconfig").mkdir(mode=0o755)
-quiet = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
-(lab_config / "labconfig" / "default_setting_overrides.json").write_text(json.dumps(quiet) + "\n")
+shutil.copytree(Path(__file__).resolve().parents[2] / "config" / "labconfig", lab_config / "labconfig")
+(lab_config / "labconfig").chmod(0o755)
 c.Spawner.environment["JUPYTER_CONFIG_PATH"] = str(lab_config)
 
 # The checkout under test, not the one the venv's editable install points at (a git worktree

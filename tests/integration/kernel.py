@@ -105,11 +105,14 @@ def _text_of(kind: str, content: dict) -> str:
         return content["text"]
     if kind == "error":
         return "\n".join(content["traceback"])
-    if kind == "comm_msg":  # ipywidgets state: the Output widget's outputs, the header's HTML
+    if kind == "comm_msg":  # ipywidgets state (a sweep's progress bar): an Output widget's outputs, a label
         state = content.get("data", {}).get("state", {})
         parts = [o.get("text", "") for o in state.get("outputs", [])]
         value = state.get("value", "")  # a label's text; a progress bar's value is a number
         return "".join(parts) + (value if isinstance(value, str) else "")
-    if kind in ("execute_result", "display_data"):
+    if kind in ("display_data", "update_display_data"):  # the magic's status line: a line of its own
+        text = content.get("data", {}).get("text/plain", "")
+        return text if not text or text.endswith("\n") else text + "\n"
+    if kind == "execute_result":
         return content.get("data", {}).get("text/plain", "")
     return ""

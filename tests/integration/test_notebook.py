@@ -129,8 +129,8 @@ def test_control_plane_killed_mid_job_then_the_job_completes_with_intact_logs(hu
     log = api(hub, token("carol")).get(f"jobs/{job['id']}/logs").json()["text"]
     ticks = [line for line in log.splitlines() if line.startswith("[rank 0] tick")]
     assert ticks == [f"[rank 0] tick {i}" for i in range(n)]
-    widget_ticks = {line for line in run.text.splitlines() if line.startswith("[rank 0] tick")}
-    assert widget_ticks == set(ticks)  # the notebook saw every line despite the restart
+    cell_ticks = {line for line in run.text.splitlines() if line.startswith("[rank 0] tick")}
+    assert cell_ticks == set(ticks)  # the notebook saw every line despite the restart
     assert k.execute("print(total)").text.strip() == str(n)
 
 
@@ -164,3 +164,21 @@ def test_ray_cell_across_two_slurm_nodes(hub, token, kernel):
     assert "[rank 0] nodes 2 gpus 2" in run.text
     assert k.execute("print(hosts)").text.strip() == "2"  # one task on each node
     assert latest_job(hub, token, "bob")["backend"] == "slurm"
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("--gpus 999 --dry-run", "--gpus 999 is more than queue default can ever get; ask for at most --gpus 4"),
+        (
+            "--gpus 999 --backend slurm --dry-run",
+            "--gpus 999 is more than queue default can ever get; ask for at most --gpus 32",
+        ),
+        ("--gpu 2", "unknown option --gpu (did you mean --gpus?)"),
+    ],
+)
+def test_a_refusal_names_the_flag_as_typed(hub, token, kernel, line, words):
+    """The words come from the real control plane (what alice's desk can ever get), through her kernel."""
+    run = kernel("alice").execute(f"%%cluster {line}\nprint('never')\n")
+    assert run.reply["status"] == "error" and run.reply["ename"] == "UsageError"
+    assert run.reply["evalue"] == words

@@ -105,9 +105,9 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
     console = _watch_console(page)
     try:
         panel = open_panel(page)
-        news = page.request.get(f"{hub.url}/user/alice/lab/api/settings/@jupyterlab/apputils-extension:notification")
-        fetch_news = news.json()["schema"]["properties"]["fetchNews"]["default"]
-        assert fetch_news == "false", "the hub fixture's override is gone: the news toast would cover the page"
+        # no news prompt: config/labconfig disables JupyterLab's announcements plugin
+        page_config = json.loads(page.locator("#jupyter-config-data").text_content())
+        assert "@jupyterlab/apputils-extension:announcements" in page_config["disabledExtensions"]
         expect(panel.locator('[data-field="user"]')).to_have_text("alice")
         expect(panel.get_by_role("table", name="Quota of desk-a")).to_be_visible()
         jobs = panel.get_by_role("region", name="Jobs", exact=True)
@@ -129,6 +129,8 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         name = row.locator(".jp-cellscale-jobname")
         expect(name).to_have_text(re.compile(r"^panel-test\.ipynb \[\d+\]$"))
         title = name.text_content()
+        busy = page.locator("#jp-main-statusbar").get_by_text(re.compile(r"Python 3 \(ipykernel\) \| Busy"))
+        expect(busy).to_be_visible()  # the cell runs while it follows its job
         job_id = row.get_attribute("data-job")
         assert re.fullmatch(r"cs-[0-9a-f]{12}", job_id), job_id
         # a second job that cannot fit beside it (desk-a can get 4 local GPUs at most): it waits
@@ -149,6 +151,7 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         log = detail.get_by_role("log", name=f"Log of {title}")
         expect(log).to_have_attribute("aria-live", "off")
         expect(log).to_contain_text("[rank 0] step 2", timeout=60_000)
+        expect(busy).to_be_visible()  # still busy with its log streaming into the cell
         expect(detail.locator("[data-phase]").first).to_have_attribute("data-phase", "RUNNING")
         expect(detail.get_by_role("status").filter(has_text=re.compile("^live$"))).to_have_count(1)
         checkpoint = detail.get_by_role("list", name="Checkpoints").locator('li[data-step="3"]')
@@ -183,10 +186,18 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         waiting.click()
         why = panel.get_by_role("region", name="Job waiter", exact=True).get_by_role("note")
         expect(why).to_contain_text("Why it waits")
+        expect(why).to_contain_text(
+            f"waiting for 4 GPUs at once, 3 free to it: your job {title} holds 1 of the desk's GPUs."
+        )
         expect(why).to_contain_text("It is next in its queue.")
         expect(why).to_contain_text("It needs 4 GPUs on local")
         expect(why).to_contain_text("Estimated start:")
-        assert control_plane.get(f"jobs/{waiter_id}").json()["pending"]["message"] in why.text_content()
+        headline, details = control_plane.get(f"jobs/{waiter_id}").json()["pending"]["message"].split(" Details: ")
+        paragraphs = why.locator("p")
+        expect(paragraphs.first).to_have_text(headline)  # the reason first, its quota details last
+        expect(paragraphs.last).to_have_text(f"Details: {details}")
+        ahead = why.get_by_role("list", name="Jobs ahead of it")
+        expect(ahead).to_have_text(f"{title} ({job_id}, desk-a): 1 GPU, same queue")
         panel.screenshot(path=ARTIFACTS / "panel-pending.png")
         control_plane.post(f"jobs/{waiter_id}/cancel").raise_for_status()
         row.click()
@@ -209,11 +220,11 @@ def test_panel_follows_a_cell_job_live(hub, token, server, browser: Browser):
         expect(detail.get_by_role("status").filter(has_text=re.compile("^complete$"))).to_have_count(1, timeout=30_000)
         expect(detail.get_by_role("list", name="Timeline")).to_contain_text("CancelRequested (by alice)")
         attempts = detail.get_by_role("list", name="Attempts")
-        expect(attempts.locator("li").first).to_contain_text("#1 on local · cancelled")
+        expect(attempts.locator("li").first).to_have_text(re.compile(r"^#1 on local · cancelled after \d"))
         expect(detail.get_by_role("button", name=f"Cancel job {title}")).to_be_disabled()
         prompt = notebook.locator(".jp-Cell").first.locator(".jp-InputPrompt")
         expect(prompt).to_have_text(f"[{title.split('[')[1]}:")  # the job's [N] is the cell's In [N]
-        detail.get_by_text("Backend script (dry run)").click()
+        detail.get_by_text("Backend script, as run").click()
         expect(detail.get_by_label("Backend script")).to_contain_text("#!")
         page.screenshot(path=ARTIFACTS / "panel-cancelled.png")
 

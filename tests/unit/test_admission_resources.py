@@ -7,6 +7,7 @@ from cellscale.vocabulary import PendingCode, Resource
 from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
 from cellscale_hub.scheduling.resources import UNLIMITED, Amounts
 from cellscale_hub.tenancy import Tenancy
+from cellscale_hub.waiting import pending_view
 
 DESKS = Tenancy.model_validate(
     {
@@ -61,8 +62,52 @@ def test_a_desk_at_its_cpu_quota_waits_with_the_numbers():
     reason = decision.pending["more"]
     assert reason.resource is Resource.cpu and (reason.needs, reason.available) == (64, 0)
     assert reason.code is PendingCode.PoolLent
-    assert reason.message.startswith("needs 64 CPUs on") and "0 CPUs free to it" in reason.message
-    assert "big (a, 128 CPUs" in reason.message  # who holds them, in cores
+    assert reason.message == (
+        "waiting for 64 CPUs, 0 free to it: job big holds 128 of the desk's CPUs. Details: the rest of the "
+        "cpu-pool cpu quota of firm's tree is in use; held by big (a, 128 CPUs, same queue)"
+    )
+
+
+def owned(job_id, cq, gpus=0, cpus=1, owner="", name=""):
+    return Holder(job_id, cq, "gpu", gpus, 0, 0.0, None, None, tenant=cq, cpus=cpus, owner=owner, name=name)
+
+
+def test_the_first_sentence_names_the_users_own_job_and_leaves_the_tree_to_the_details():
+    holders = [
+        owned("cs-1", "a", gpus=4, cpus=4, owner="alice", name="big1"),
+        owned("cs-2", "b", gpus=4, cpus=4, owner="bob", name="b1"),
+    ]
+    reason = run([job("w", "a", gpus=4, cpus=4, flavors=("gpu",))], holders).pending["w"]
+    said = (
+        "waiting for 4 GPUs at once, 0 free to it: {} big1 holds 4 of the desk's GPUs (and 1 other job). "
+        "Details: the rest of the gpu quota of firm's tree is in use; held by cs-1 (a, 4 GPUs, same queue), "
+        "cs-2 (b, 4 GPUs, within its quota)"
+    )
+    assert pending_view(reason, "alice").message == said.format("your job")
+    assert pending_view(reason, "carol").message == said.format("alice's job")  # a desk mate reads whose it is
+    assert [(a.name, a.owner, a.holds) for a in pending_view(reason, "alice").ahead] == [
+        ("big1", "alice", "4 GPUs"),
+        ("b1", "bob", "4 GPUs"),
+    ]
+
+
+def test_a_cpu_only_job_in_the_way_holds_cpus_not_gpus():
+    """A CPU job of a queue that borrows CPUs is in the way of cores, shown with its cores (it
+    was listed as "0 GPUs, borrowing"); it is never in the way of GPUs."""
+    holders = [
+        owned("cs-g", "a", gpus=2, cpus=16, owner="alice", name="big1"),
+        owned("cs-p", "b", cpus=16, owner="bob", name="prep"),
+        owned("cs-q", "b", cpus=1, owner="bob", name="tiny"),
+    ]
+    cores = run([job("w", "a", gpus=1, cpus=4, flavors=("gpu",))], holders).pending["w"]
+    assert [(a.job_id, a.holds, a.why) for a in cores.ahead] == [
+        ("cs-p", "16 CPUs", "borrowing"),
+        ("cs-q", "1 CPU", "borrowing"),
+        ("cs-g", "16 CPUs", "same queue"),
+    ]
+    gpus = run([job("w", "a", gpus=4, cpus=1, flavors=("gpu",))], [*holders, owned("cs-b", "b", gpus=4)]).pending["w"]
+    assert gpus.resource is Resource.gpu and [a.job_id for a in gpus.ahead] == ["cs-b", "cs-g"]
+    assert "cs-p" not in gpus.message and "cs-q" not in gpus.message
 
 
 def test_all_or_nothing_across_resources():

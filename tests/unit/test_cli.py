@@ -10,7 +10,7 @@ import pytest
 
 from cellscale import cli
 from cellscale.client import ApiError
-from cellscale.spec import JobPage, JobSpec, JobView, Phase, RenderView
+from cellscale.spec import JobLimits, JobPage, JobSpec, JobView, Phase, RenderView
 
 
 class FakeClient:
@@ -29,7 +29,12 @@ class FakeClient:
         return value == "the-token"
 
     def list(self, **_):
+        if self.error is None:
+            return JobPage(items=[])
         raise self.error
+
+    def limits(self, queue=None, backend=None):
+        return JobLimits(queue=queue or "default", cluster_queue="desk-a", gpus=4, cpus=32, memory_mb=65536)
 
 
 @pytest.fixture
@@ -93,7 +98,11 @@ def test_a_bad_option_says_what_to_change(tmp_path, client, capsys):
     script = tmp_path / "train.py"
     script.write_text("x = 1\n")
     code, _, err = run(capsys, "submit", str(script), "--gpu", "2")
-    assert code == 2 and "did you mean --gpus?" in err and err.count("\n") == 1
+    assert code == 2 and err == "cellscale: unknown option --gpu (did you mean --gpus?)\n"
+    code, _, err = run(capsys, "submit", str(script), "--gpus", "999", "--dry-run")
+    assert (
+        code == 2 and err == "cellscale: --gpus 999 is more than queue default can ever get; ask for at most --gpus 4\n"
+    )
     code, _, err = run(capsys, "submit", str(script), "--env", "X=" + "v" * 70_000, "--dry-run")
     assert err == (
         "cellscale: --env: 68.4 KiB of environment (70003 bytes, each KEY=VALUE with its NUL); a job's environment "
@@ -137,3 +146,8 @@ def test_a_submitted_file_is_named_after_it_and_list_shows_titles(tmp_path, clie
         "cs-000000000001  train.py  SUCCEEDED · 00:00 · attempt - · 1 CPU on local",
         "cs-000000000002  ddp       SUCCEEDED · 00:00 · attempt - · 1 CPU on local",
     ]
+
+
+def test_an_empty_list_says_so_on_stderr(client, capsys):
+    assert run(capsys, "list") == (0, "", "no jobs yet; submit one: cellscale submit train.py\n")
+    assert run(capsys, "list", "--phase", "RUNNING") == (0, "", "no running jobs\n")

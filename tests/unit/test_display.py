@@ -53,6 +53,41 @@ def test_pending_job_says_why_where_and_when():
     assert "ahead: cs-2 (desk-b, 24 GPUs, borrowing)" in text
 
 
+def test_status_says_why_it_waits_once_and_a_cpu_job_ahead_holds_cpus():
+    message = "waiting for 4 CPUs, 0 free to it: your job big1 holds 16 of the desk's CPUs. Details: ..."
+    pending = PendingView(
+        code="PoolLent",
+        message=message,
+        position=1,
+        flavor="gpu",
+        resource="cpu",
+        needs=4,
+        available=0,
+        ahead=[
+            AheadView(
+                job_id="cs-p",
+                cluster_queue="desk-b",
+                gpus=0,
+                why="borrowing",
+                holds="16 CPUs",
+                name="prep",
+                owner="bob",
+            ),
+            AheadView(job_id="cs-q", cluster_queue="desk-b", gpus=0, why="borrowing", holds="1 CPU"),
+        ],
+    )
+    assert status_line(job(pending=pending, reason=message)).endswith(
+        " · waiting for 4 CPUs, 0 free to it: your job big1 holds 16 of the desk's CPUs."
+    )  # the live line: the reason without its details
+    lines = describe(job(pending=pending, reason=message)).splitlines()
+    assert lines[0].startswith("cs-1 · PENDING · ") and lines[0].endswith(" · 1 CPU on slurm")
+    assert [line for line in lines if "holds 16 of the desk's CPUs" in line] == [f"  why pending: {message}"]
+    assert lines[-2:] == [
+        "    ahead: prep (cs-p, desk-b, 16 CPUs, borrowing)",
+        "    ahead: cs-q (desk-b, 1 CPU, borrowing)",
+    ]
+
+
 def test_preempted_attempt_and_warning_show():
     first = AttemptView(
         number=1,
@@ -72,6 +107,24 @@ def test_preempted_attempt_and_warning_show():
     text = describe(running)
     assert "admitted on slurm (8 GPUs borrowed)" in text
     assert "attempt 1 on slurm: cancelled: preempted: preempted to return 8 borrowed" in text
+
+
+def test_a_cancelled_attempt_says_cancelled_once_without_its_exit_code():
+    stopped = AttemptView(
+        number=1,
+        backend="local",
+        backend_ref="pid:7",
+        state=AttemptState.CANCELLED,
+        gpu_ids=[],
+        submitted_at=now(),
+        started_at=now(),
+        ended_at=now(),
+        exit_code=241,
+        last_heartbeat=None,
+        end_reason="cancelled",
+    )
+    lines = describe(job(phase=Phase.CANCELLED, attempts=[stopped])).splitlines()
+    assert "  attempt 1 on local: cancelled" in lines and "241" not in "\n".join(lines)
 
 
 def test_attempts_show_fault_class_step_and_checkpoints():

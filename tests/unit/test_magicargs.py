@@ -1,7 +1,7 @@
 import pytest
 
-from cellscale.magicargs import MagicUsageError, parse_line
-from cellscale.spec import Launcher
+from cellscale.magicargs import MagicUsageError, TooBig, parse_line
+from cellscale.spec import JobLimits, Launcher
 
 
 @pytest.mark.parametrize(
@@ -35,28 +35,117 @@ def test_every_flag():
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("--gpu 2", "did you mean --gpus"),
-        ("--gpus -1", "--gpus must be 0"),
-        ("--gpus 0 --gpus-per-node 2", "--gpus 0 is a CPU job"),
-        ("--mem 10X", "--mem '10X' is not a memory size"),
+        ("--gpu 2", "unknown option --gpu (did you mean --gpus?)"),
+        ("--gpu=2", "unknown option --gpu (did you mean --gpus?)"),
+        (
+            "--gpu 2 --nodez 3",
+            "unknown option --gpu (did you mean --gpus?); unknown option --nodez (did you mean --nodes?)",
+        ),
+        ("--frobnicate", "unknown option --frobnicate; %cluster alone lists every flag"),
+        ("2", "unexpected '2': each value follows its flag (--gpus 2); %cluster alone lists every flag"),
+        ("--gpus two", "--gpus 'two' is not a whole number"),
+        ("--gpus", "--gpus needs a value"),
+        ("--gpus -1", "--gpus must be 0 (a CPU job) or more"),
+        ("--gpus 999", "--gpus 999 is more than one job may ask for; ask for at most --gpus 64"),
+        ("--gpus 200 --nodes 2", "--gpus 200 is more than one job may ask for; ask for at most --gpus 128"),
+        ("--gpus 0 --gpus-per-node 2", "--gpus 0 is a CPU job: leave out --gpus-per-node"),
+        ("--gpus 3 --nodes 2", "--gpus 3 does not split evenly over --nodes 2"),
+        ("--gpus 4 --nodes 2 --gpus-per-node 4", "--gpus 4 is not --nodes 2 × --gpus-per-node 4"),
+        (
+            "--gpus-per-node 65 --nodes 2",
+            "--gpus-per-node 65 is more than one job may ask for; ask for at most --gpus-per-node 64",
+        ),
+        ("--nodes 0", "--nodes 0: a job runs on 1 node or more"),
+        ("--nodes x", "--nodes 'x' is not a whole number"),
+        ("--nodes 2000", "--nodes 2000 is more than one job may ask for; ask for at most --nodes 1024"),
+        ("--tasks-per-node 0", "--tasks-per-node: Input should be greater than or equal to 1"),
+        (
+            "--tasks-per-node 2 --launcher plain",
+            "--tasks-per-node starts several processes per node: a plain job has one",
+        ),
         ("--cpus 0", "--cpus: Input should be greater than or equal to 1"),
-        ("--tasks-per-node 2 --launcher plain", "a plain job has one"),
-        ("--gpus two", "invalid int value"),
-        ("--gpus 3 --nodes 2", "does not split evenly"),
-        ("--gpus 4 --nodes 2 --gpus-per-node 4", "is not --nodes 2"),
-        ("--launcher mpi", "invalid choice"),
-        ("--env NOEQUALS", "is not KEY=VALUE"),
-        ("--name 'a b'", "name"),
-        ("--outputs 1x", "not a Python variable name"),
-        ("--outputs class", "not a Python variable name"),
-        ("--env CUDA_VISIBLE_DEVICES=3", "set by cellscale itself"),
-        ("--queue Bad_Queue", "queue"),
-        ('--name "unclosed', "cannot read"),
+        ("--cpus 99999", "--cpus 99999 is more than one job may ask for; ask for at most --cpus 1024"),
+        ("--mem 10X", "--mem '10X' is not a memory size: use a number with M, G or T (e.g. 4G, 512M, 1T)"),
+        ("--mem 0", "--mem: Input should be greater than or equal to 1"),
+        ("--mem 9999999G", "--mem 9999999G is more than one job may ask for; ask for at most --mem 65536G"),
+        ("--time 0", "--time: Input should be greater than or equal to 1"),
+        ("--time x", "--time 'x' is not a whole number"),
+        ("--switches 99", "--switches: Input should be less than or equal to 64"),
+        ("--retries -1", "--retries: Input should be greater than or equal to 0"),
+        ("--retries-timeout 101", "--retries-timeout: Input should be less than or equal to 100"),
+        ("--retries-user -1", "--retries-user: Input should be greater than or equal to 0"),
+        ("--stall-timeout x", "--stall-timeout 'x' is not a number"),
+        ("--stall-timeout 1", "--stall-timeout: Input should be greater than or equal to 10"),
+        ("--launcher mpi", "--launcher 'mpi' is not one of torchrun, ray, plain, jax"),
+        ("--burst maybe", "--burst 'maybe' is not one of never, allow"),
+        ("--data-mode copy", "--data-mode 'copy' is not one of stage, stream"),
+        ("--env NOEQUALS", "--env 'NOEQUALS' is not KEY=VALUE"),
+        ("--outputs 1x", "--outputs: '1x' is not a Python variable name"),
+        ("--outputs class", "--outputs: 'class' is not a Python variable name"),
+        ("--inputs 1x", "--inputs: '1x' is not a Python variable name"),
+        ('--name "unclosed', "cannot read the %%cluster line: No closing quotation"),
     ],
 )
 def test_bad_lines_say_what_to_change(line, message):
-    with pytest.raises(MagicUsageError, match=message):
+    """Each flag's refusal, word for word, names the flag as typed."""
+    with pytest.raises(MagicUsageError) as refused:
         parse_line(line).to_spec("x = 1")
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(
+    ("line", "flag"),
+    [
+        ("--name 'a b'", "--name"),
+        ("--queue Bad_Queue", "--queue"),
+        ("--priority 'x y'", "--priority"),
+        ("--backend 'a b'", "--backend"),
+        ("--site 'a b'", "--site"),
+        ("--data 'a b'", "--data"),
+        ("--env CUDA_VISIBLE_DEVICES=3", "--env"),
+    ],
+)
+def test_a_refused_name_names_its_flag(line, flag):
+    with pytest.raises(MagicUsageError) as refused:
+        parse_line(line).to_spec("x = 1")
+    assert str(refused.value).startswith(f"{flag}: ")
+
+
+LIMITS = JobLimits(queue="default", cluster_queue="desk-a", gpus=4, cpus=32, memory_mb=65536)
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("--gpus 999", "--gpus 999 is more than queue default can ever get; ask for at most --gpus 4"),
+        (
+            "--gpus-per-node 99 --nodes 2",
+            "--gpus-per-node 99 is more than queue default can ever get; ask for at most --gpus-per-node 2",
+        ),
+        ("--cpus 4096", "--cpus 4096 is more than queue default can ever get; ask for at most --cpus 32"),
+        (
+            "--cpus 4096 --nodes 2 --launcher plain",
+            "--cpus 4096 is more than queue default can ever get; ask for at most --cpus 16",
+        ),
+        ("--mem 999T", "--mem 999T is more than queue default can ever get; ask for at most --mem 64G"),
+        (
+            "--nodes 2000 --gpus-per-node 1",
+            "--nodes 2000 is more than queue default can ever get; ask for at most --nodes 4",
+        ),
+    ],
+)
+def test_too_big_asks_for_what_the_queue_can_ever_get(line, words):
+    with pytest.raises(TooBig) as refused:
+        parse_line(line).to_spec("x = 1")
+    assert refused.value.advice(LIMITS) == words
+
+
+def test_too_big_beyond_the_static_bound_keeps_it():
+    """A queue that could get more than one node holds: the per-node bound is what to ask for."""
+    with pytest.raises(TooBig) as refused:
+        parse_line("--gpus 999").to_spec("x = 1")
+    big = LIMITS.model_copy(update={"gpus": 4096})
+    assert refused.value.advice(big) == "--gpus 999 is more than one job may ask for; ask for at most --gpus 64"
 
 
 def test_empty_cell_is_refused():

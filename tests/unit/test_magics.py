@@ -10,8 +10,9 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cellscale.bundle import InputError, pack_inputs
+from cellscale.client import ApiError
 from cellscale.magics import ClusterMagics, JobFailed
-from cellscale.spec import CostEstimate, JobCost, JobPage, JobSpec, JobView, LogChunk, Phase, RenderView
+from cellscale.spec import CostEstimate, JobCost, JobLimits, JobPage, JobSpec, JobView, LogChunk, Phase, RenderView
 
 NOW = datetime.now(UTC)
 
@@ -84,13 +85,43 @@ def run(shell, client, line, cell="x = 1\n"):
 
 @pytest.mark.parametrize(
     ("line", "message"),
-    [("--gpu 2", "did you mean --gpus"), ("--gpus -1", "must be 0"), ("--launcher mpi", "invalid choice")],
+    [
+        ("--gpu 2", "unknown option --gpu (did you mean --gpus?)"),
+        ("--gpus -1", "--gpus must be 0 (a CPU job) or more"),
+        ("--launcher mpi", "--launcher 'mpi' is not one of torchrun, ray, plain, jax"),
+    ],
 )
 def test_bad_flags_send_nothing(shell, line, message, capsys):
     client = RecordingClient()
     result = run(shell, client, line)
-    assert not result.success and message in str(result.error_in_exec)
+    assert not result.success and str(result.error_in_exec) == message
     assert client.calls == []
+
+
+class LimitedClient(RecordingClient):
+    def __init__(self, refuse=False):
+        super().__init__()
+        self.refuse = refuse
+
+    def limits(self, queue=None, backend=None):
+        self.calls.append(("limits", queue, backend))
+        if self.refuse:
+            raise ApiError(503, "the control plane is restarting")
+        return JobLimits(queue=queue or "default", cluster_queue="desk-a", gpus=4, cpus=32, memory_mb=65536)
+
+
+def test_too_many_gpus_asks_for_what_the_queue_can_ever_get(shell):
+    """--gpus 999 is past the spec's bound (64 on a node): the magic asks the control plane
+    what the queue can ever get and says that, in the flag typed; nothing is sent."""
+    client = LimitedClient()
+    result = run(shell, client, "--gpus 999 --queue big --dry-run")
+    assert str(result.error_in_exec) == "--gpus 999 is more than queue big can ever get; ask for at most --gpus 4"
+    assert client.calls == [("limits", "big", None)]
+
+
+def test_too_big_without_an_answer_says_the_static_bound(shell):
+    result = run(shell, LimitedClient(refuse=True), "--mem 99999T")
+    assert str(result.error_in_exec) == "--mem 99999T is more than one job may ask for; ask for at most --mem 65536G"
 
 
 def test_unpicklable_input_is_refused_before_submit(shell):
@@ -323,3 +354,21 @@ def test_the_estimate_is_shown_before_it_runs_and_beside_the_cost_after(shell, c
 def test_a_dry_run_says_what_it_would_cost(shell, capsys):
     assert run(shell, CostingClient(), "--gpus 16 --dry-run").success
     assert f"[cellscale] would cost {ESTIMATE.words}" in capsys.readouterr().out
+
+
+class EmptyClient(RecordingClient):
+    def list(self, scope="mine"):
+        return JobPage(items=[])
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("%cluster list", "no jobs yet; run a cell with %%cluster (e.g. %%cluster --gpus 1)\n"),
+        ("%cluster list tenant", "no jobs on your desk yet\n"),
+    ],
+)
+def test_an_empty_list_says_so(shell, capsys, line, words):
+    shell.register_magics(ClusterMagics(shell, client=EmptyClient()))
+    assert shell.run_cell(line).success
+    assert capsys.readouterr().out == words

@@ -22,6 +22,7 @@ from cellscale.spec import (
     CheckpointView,
     CostEstimate,
     EventView,
+    JobLimits,
     JobPage,
     JobSpec,
     JobView,
@@ -40,7 +41,7 @@ from cellscale_hub.api.errors import install_error_handlers, refusals
 from cellscale_hub.auth import SCOPE_READ, SCOPE_SUBMIT, Principal
 from cellscale_hub.bundles import BundleRefused
 from cellscale_hub.drivers import AttemptRef, Driver
-from cellscale_hub.placement import NoTenant, Placement, Refused, place
+from cellscale_hub.placement import NoTenant, Placement, Refused, job_limits, place
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store import usage
@@ -126,6 +127,21 @@ def _job_routes(router: APIRouter) -> None:
             return usage.queue_usage(
                 session, tenancy, utcnow(), ctx.settings.fair_share_half_life_s, only=mine, backends=set(ctx.drivers)
             )
+
+    @router.get("/limits", response_model=JobLimits, responses=refusals(401, 403, 422))
+    def limits(
+        who: Reader,
+        ctx: Ctx,
+        queue: Annotated[str | None, Query(max_length=128)] = None,
+        backend: Annotated[str | None, Query(max_length=128)] = None,
+    ) -> JobLimits:
+        """The most one job of your queue (on that backend) can ever get: what a flag above it is refused with."""
+        try:
+            return job_limits(ctx.tenancy.current, ctx.drivers, who, queue, backend)
+        except NoTenant as exc:
+            raise HTTPException(403, str(exc)) from exc
+        except Refused as exc:
+            raise HTTPException(422, str(exc)) from exc
 
     @router.get("/backends", response_model=list[BackendView], responses=refusals(401, 403))
     def backends(who: Reader, ctx: Ctx) -> list[BackendView]:
@@ -233,7 +249,7 @@ def _job_routes(router: APIRouter) -> None:
                     EventReason.Finished,
                     message=f"all {len(grid)} points' results are cached from earlier runs of this code: nothing ran",
                 )
-            view = q.job_view(job, ctx.waiting.view(job.id), ctx.tenancy.current.resource_weights)
+            view = q.job_view(job, ctx.waiting.view(job.id, who.user), ctx.tenancy.current.resource_weights)
         ctx.wake()
         return JSONResponse(view.model_dump(mode="json"), status_code=201 if created else 200)
 
@@ -292,7 +308,7 @@ def _job_routes(router: APIRouter) -> None:
             except ValueError as exc:
                 raise HTTPException(400, str(exc)) from exc
             weights = ctx.tenancy.current.resource_weights
-            items = [q.job_view(job, ctx.waiting.view(job.id), weights) for job in rows]
+            items = [q.job_view(job, ctx.waiting.view(job.id, who.user), weights) for job in rows]
             page = JobPage(items=items, next_cursor=next_cursor)
         return _json(page)
 
@@ -300,7 +316,7 @@ def _job_routes(router: APIRouter) -> None:
     def get_job(job_id: str, who: Reader, ctx: Ctx) -> Response:
         with ctx.store.session() as session:
             job = visible_job(session, job_id, who)
-            return _json(q.job_view(job, ctx.waiting.view(job.id), ctx.tenancy.current.resource_weights))
+            return _json(q.job_view(job, ctx.waiting.view(job.id, who.user), ctx.tenancy.current.resource_weights))
 
     @router.post("/jobs/{job_id}/cancel", response_model=JobView, responses=refusals(401, 403, 404, 422))
     def cancel(job_id: str, who: Submitter, ctx: Ctx) -> JobView:
@@ -320,7 +336,7 @@ def _job_routes(router: APIRouter) -> None:
                         actor=who.user,
                         message="cancelled before it was admitted",
                     )
-            view = q.job_view(job, ctx.waiting.view(job.id), ctx.tenancy.current.resource_weights)
+            view = q.job_view(job, ctx.waiting.view(job.id, who.user), ctx.tenancy.current.resource_weights)
         ctx.wake()
         return view
 

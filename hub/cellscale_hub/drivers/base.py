@@ -326,10 +326,15 @@ class Driver(LoggingConfigurable):
                 f"--gpus {cap.capacity_gpus}"
             )
         if cap.cpus_per_node is not None and res.cpus_per_node > cap.cpus_per_node:
+            tasks = res.tasks_per_node or 1
+            ask = (
+                f"ask for at most --cpus {cap.cpus_per_node // tasks}"
+                if cap.cpus_per_node >= tasks
+                else f"ask for at most --tasks-per-node {cap.cpus_per_node}"
+            )
             raise SpecRejected(
-                f"{res.cpus_per_node} CPUs per node ({res.tasks_per_node} task(s) x --cpus {res.cpus_per_task}) is "
-                f"more than any node of backend {self.name!r} has ({cap.cpus_per_node}); ask for at most "
-                f"{cap.cpus_per_node} per node"
+                f"{res.cpus_per_node} CPUs per node ({tasks} task(s) x --cpus {res.cpus_per_task}) is "
+                f"more than any node of backend {self.name!r} has ({cap.cpus_per_node}); {ask}"
             )
         memory = res.memory_mb_per_node
         if cap.memory_mb_per_node is not None and memory is not None and memory > cap.memory_mb_per_node:

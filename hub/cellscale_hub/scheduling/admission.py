@@ -81,6 +81,8 @@ class Holder:
     memory: int = 0
     attained: float = 0.0  # service received before this attempt, GPU-equivalent seconds
     preemptions: int = 0  # how often it was preempted so far
+    owner: str = ""  # who submitted it: a reason says "alice's job big1" (the API: "your job big1")
+    name: str = ""  # its JobSpec.name
 
     @cached_property
     def demand(self) -> Amounts:
@@ -120,6 +122,20 @@ class Ahead:
     cluster_queue: str
     gpus: int
     why: str
+    holds: str = ""  # what it holds (or waits for) of the resource in the way: "4 GPUs", "8 CPUs"
+    owner: str = ""
+    name: str = ""
+
+
+def ahead_of(h: Holder, why: str, i: int = 0) -> Ahead:
+    """A holder in the way, with what it holds of resource `i` in words."""
+    return Ahead(h.job_id, h.cluster_queue, h.gpus, why, _held(h, i), h.owner, h.name)
+
+
+def job_words(h: Holder) -> str:
+    """ "alice's job big1": its owner's (the API says "your job" to its owner) and its name, else its id."""
+    name = h.name or h.job_id
+    return f"{h.owner}'s job {name}" if h.owner else f"job {name}"
 
 
 @dataclass(frozen=True)
@@ -926,7 +942,7 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
             flavor,
             job.demand[i],
             usage.headroom(cq, flavor, resource)[0],
-            tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, "being preempted") for h in victims),
+            tuple(ahead_of(h, "being preempted", i) for h in victims),
             resource=resource,
         )
     held = [f for f in flavors if usage.fits(cq, f, job.demand) and _claimant(usage, cycle, job, f)]
@@ -935,13 +951,13 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
         return PendingReason(
             PendingCode.HeldForAhead,
             f"waiting: it would borrow {held[0]} GPUs that {head.job_id} "
-            f"({head.cluster_queue}, {head.gpus} GPUs) is waiting for and goes first; it may run "
+            f"({head.cluster_queue}, {_plural(head.gpus, 'GPU')}) is waiting for and goes first; it may run "
             f"within its own quota",
             1,
             held[0],
             job.gpus,
             usage.headroom(cq, held[0])[0],
-            (Ahead(head.job_id, head.cluster_queue, head.gpus, "waiting ahead"),),
+            (Ahead(head.job_id, head.cluster_queue, head.gpus, "waiting ahead", _plural(head.gpus, "GPU")),),
         )
     shortages = {f: usage.short(cq, f, job.demand) for f in flavors}
     flavor = min(
@@ -955,12 +971,11 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
     i = RESOURCES.index(resource)
     needs = job.demand[i]
     holders = _holders_in_the_way(snap, usage, job, flavor, code, i, cycle)
-    message = _blocked_words(usage, job, flavor, resource, available, code)
-    ahead = tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, _why(usage, h, cq)) for h in holders[:MAX_AHEAD])
+    details = _blocked_words(usage, job, flavor, resource, available, code)
+    ahead = tuple(ahead_of(h, _why(usage, h, cq, i), i) for h in holders[:MAX_AHEAD])
     if ahead:
-        message += "; held by " + ", ".join(
-            f"{a.job_id} ({a.cluster_queue}, {_held(h, i)}, {a.why})" for a, h in zip(ahead[:3], holders, strict=False)
-        )
+        details += "; held by " + ", ".join(f"{a.job_id} ({a.cluster_queue}, {a.holds}, {a.why})" for a in ahead[:3])
+    message = f"{_headline(usage, job, flavor, resource, available, code, holders)}. Details: {details}"
     return PendingReason(
         code,
         message,
@@ -972,6 +987,46 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
         _estimate(snap, holders, needs - available, i),
         resource,
     )
+
+
+def _headline(
+    usage: Usage,
+    job: Workload,
+    flavor: str,
+    resource: Resource,
+    available: int,
+    code: PendingCode,
+    holders: list[Holder],
+) -> str:
+    """The first sentence, in a researcher's words: what it waits for and who has it ("waiting
+    for 4 GPUs at once, 0 free to it: your job big1 holds 4 of the desk's GPUs"); quota trees
+    and cohorts are in the details."""
+    i = RESOURCES.index(resource)
+    wants = _plural(job.gpus, "GPU") + " at once" if resource is Resource.gpu else amount_words(resource, job.demand[i])
+    free = amount_words(resource, available) if resource is Resource.memory else str(available)
+    start = f"waiting for {wants}, {free} free to it"
+    noun = {Resource.gpu: "GPUs", Resource.cpu: "CPUs", Resource.memory: "memory"}[resource]
+    if not holders:
+        are = "is" if resource is Resource.memory else "are"
+        if code is PendingCode.CapacityFull:
+            return f"{start}: all the {noun} of {flavor} {are} in use"
+        return f"{start}: the {noun} its desk may use {are} in use"
+    h = holders[0]
+    amount = str(h.demand[i]) if resource is not Resource.memory else amount_words(resource, h.demand[i])
+    if h.cluster_queue == job.cluster_queue:
+        holds = f"holds {amount} of the desk's {noun}"
+    elif code is PendingCode.CapacityFull:
+        holds = f"({h.tenant or h.cluster_queue}) holds {amount} of the {flavor} {noun}"
+    else:
+        lent = " borrowed from the pool your desk shares" if usage.borrowed(h.cluster_queue, flavor, i) else ""
+        holds = f"({h.tenant or h.cluster_queue}) holds {amount} {noun}{lent}"
+    more = len(holders) - 1
+    others = f" (and {_plural(more, 'other job')})" if more else ""
+    return f"{start}: {job_words(h)} {holds}{others}"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _blocked_words(
@@ -997,14 +1052,11 @@ def _blocked_words(
             else f"all {amount_words(resource, capacity, flavor)} are in use"
         ),
     }[code]
-    if resource is Resource.gpu:
-        return f"waiting for {job.gpus} {flavor} GPU(s) at once; {available} free to it: {words}"
-    needs = amount_words(resource, job.demand[i])
-    return f"needs {needs} on {flavor}; {amount_words(resource, available)} free to it: {words}"
+    return words
 
 
 def _held(h: Holder, i: int) -> str:
-    return f"{h.gpus} GPUs" if i == 0 else amount_words(RESOURCES[i], h.demand[i])
+    return _plural(h.gpus, "GPU") if i == 0 else amount_words(RESOURCES[i], h.demand[i])
 
 
 def _holders_in_the_way(
@@ -1028,8 +1080,9 @@ def _holders_in_the_way(
     return found
 
 
-def _why(usage: Usage, h: Holder, cq: str) -> str:
-    if usage.borrowing(h.cluster_queue, h.flavor):
+def _why(usage: Usage, h: Holder, cq: str, i: int = 0) -> str:
+    """Why `h` holds what is in the way: borrowing only when its queue borrows that resource."""
+    if usage.borrowed(h.cluster_queue, h.flavor, i):
         return "borrowing"
     return "same queue" if h.cluster_queue == cq else "within its quota"
 
@@ -1060,7 +1113,7 @@ def _queued(head_reason: PendingReason, head: Workload, job: Workload, position:
         head_reason.flavor,
         job.demand[i],
         head_reason.available,
-        (Ahead(head.job_id, head.cluster_queue, head.gpus, "next in queue"),),
+        (Ahead(head.job_id, head.cluster_queue, head.gpus, "next in queue", amount_words(resource, head.demand[i])),),
         None,
         resource,
     )
@@ -1100,14 +1153,14 @@ def _behind_reservation(
     when = f" (~{_minutes(start - service.now)})" if start is not None and start > service.now else ""
     return PendingReason(
         PendingCode.Queued,
-        f"position {position} in queue {job.cluster_queue}: {head.job_id} ({head.gpus} GPUs) waited "
+        f"position {position} in queue {job.cluster_queue}: {head.job_id} ({_plural(head.gpus, 'GPU')}) waited "
         f"{_minutes(service.waited(head))} and has reserved {flavor}; jobs behind it start there only if their "
         f"--time ends before it starts{when}",
         position,
         flavor,
         job.gpus,
         0,
-        (Ahead(head.job_id, head.cluster_queue, head.gpus, "reserved ahead"),),
+        (Ahead(head.job_id, head.cluster_queue, head.gpus, "reserved ahead", _plural(head.gpus, "GPU")),),
         None,
     )
 

@@ -293,6 +293,8 @@ def holder_of(job: Job) -> Holder:
         job.memory_mb,
         attained=job.attained_gpu_s or 0.0,
         preemptions=sum(a.fault is Fault.PREEMPTION for a in job.attempts),
+        owner=job.owner,
+        name=job.spec.get("title") or job.name or "",  # as the job is shown (JobView.title)
     )
 
 

@@ -2,6 +2,7 @@ import {
   aheadWords,
   attemptWords,
   budgetLine,
+  checkpointsNone,
   clockDuration,
   costWords,
   describeUser,
@@ -132,7 +133,7 @@ describe('pendingWords', () => {
     flavor: 'local',
     needs: 2,
     available: 1,
-    ahead: [{ job_id: 'cs-0123456789ab', cluster_queue: 'desk-a', gpus: 2, why: 'next in queue' }],
+    ahead: [{ job_id: 'cs-0123456789ab', cluster_queue: 'desk-a', gpus: 2, why: 'next in queue', holds: '2 GPUs' }],
     estimated_start: '2025-01-01T10:05:00Z',
     resource: 'gpu'
   };
@@ -145,6 +146,31 @@ describe('pendingWords', () => {
       'Estimated start: in 5m 00s (if every job ahead runs to its time limit).'
     ]);
     expect(aheadWords(pending.ahead![0])).toBe('cs-0123456789ab (desk-a): 2 GPUs, next in queue');
+  });
+
+  it('puts the reason first and its details last', () => {
+    const message =
+      "waiting for 4 GPUs at once, 0 free to it: your job big1 holds 4 of the desk's GPUs. Details: the rest of the local quota of firm's tree is in use";
+    expect(pendingWords({ ...pending, message, position: 1, estimated_start: null }, now)).toEqual([
+      "waiting for 4 GPUs at once, 0 free to it: your job big1 holds 4 of the desk's GPUs.",
+      'It is next in its queue.',
+      'It needs 2 GPUs on local; 1 is free for it now.',
+      'Estimated start: unknown.',
+      "Details: the rest of the local quota of firm's tree is in use"
+    ]);
+  });
+
+  it('names a job ahead and says what it holds: a CPU job holds CPUs, not GPUs', () => {
+    const cpuJob = {
+      job_id: 'cs-0123456789ab',
+      cluster_queue: 'desk-b',
+      gpus: 0,
+      why: 'borrowing',
+      holds: '16 CPUs',
+      name: 'prep',
+      owner: 'bob'
+    };
+    expect(aheadWords(cpuJob)).toBe('prep (cs-0123456789ab, desk-b): 16 CPUs, borrowing');
   });
 
   it('says when the start is unknown, or next', () => {
@@ -287,6 +313,15 @@ describe('attempts and events', () => {
     expect(attemptWords({ ...attempt, state: 'SUCCEEDED', exit_code: 0, end_reason: 'Succeeded', failed_nodes: [] }, now)).toBe(
       '#2 on slurm · succeeded after 50s'
     );
+    expect(attemptWords({ ...attempt, state: 'CANCELLED', exit_code: 241, end_reason: 'cancelled', failed_nodes: [] }, now)).toBe(
+      '#2 on slurm · cancelled after 50s'
+    );
+  });
+
+  it('says a job that ended without checkpoints has none, and one still running none yet', () => {
+    expect(checkpointsNone({ phase: 'SUCCEEDED' })).toBe('no checkpoints');
+    expect(checkpointsNone({ phase: 'CANCELLED' })).toBe('no checkpoints');
+    expect(checkpointsNone({ phase: 'RUNNING' })).toBe('none committed yet');
   });
 
   it('reads an event as a phase move with its reason', () => {

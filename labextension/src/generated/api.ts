@@ -60,6 +60,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Limits
+         * @description The most one job of your queue (on that backend) can ever get: what a flag above it is refused with.
+         */
+        get: operations["limits_api_limits_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/backends": {
         parameters: {
             query?: never;
@@ -612,13 +632,32 @@ export interface components {
             job_id: string;
             /** Cluster Queue */
             cluster_queue: string;
-            /** Gpus */
+            /**
+             * Gpus
+             * @description Its GPUs (0: a CPU job).
+             */
             gpus: number;
             /**
              * Why
              * @description e.g. borrowing, within its quota, next in queue, being preempted.
              */
             why: string;
+            /**
+             * Holds
+             * @description What it holds (or waits for) of the resource in the way: "4 GPUs", "8 CPUs".
+             * @default
+             */
+            holds: string;
+            /**
+             * Name
+             * @description Its name (JobSpec.name), when known.
+             */
+            name?: string | null;
+            /**
+             * Owner
+             * @description Who submitted it, when known.
+             */
+            owner?: string | null;
         };
         /**
          * AttemptState
@@ -1397,6 +1436,33 @@ export interface components {
              */
             words: string;
         };
+        /**
+         * JobLimits
+         * @description The most one job of a queue can ever get: what its quota can reach (nominal plus what
+         *     its tree may lend) on its best flavor, no more than that backend's largest gang. A
+         *     `%%cluster` flag above it is refused with these numbers ("ask for at most --gpus 4").
+         */
+        JobLimits: {
+            /** Queue */
+            queue: string;
+            /** Cluster Queue */
+            cluster_queue: string;
+            /**
+             * Gpus
+             * @description GPUs in all (None: nothing bounds them here).
+             */
+            gpus?: number | null;
+            /**
+             * Cpus
+             * @description CPU cores in all (None: nothing bounds them here).
+             */
+            cpus?: number | null;
+            /**
+             * Memory Mb
+             * @description Memory in all, MiB (None: nothing bounds it here).
+             */
+            memory_mb?: number | null;
+        };
         /** JobPage */
         JobPage: {
             /** Items */
@@ -1719,7 +1785,10 @@ export interface components {
          */
         PendingView: {
             code: components["schemas"]["PendingCode"];
-            /** Message */
+            /**
+             * Message
+             * @description In words: first what it waits for and who has it (the reader's own jobs as "your job"), then, after " Details: ", the quotas and cohorts behind it.
+             */
             message: string;
             /**
              * Position
@@ -2369,6 +2438,56 @@ export interface operations {
             };
             /** @description The token lacks the scope, or the job or action is not yours. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    limits_api_limits_get: {
+        parameters: {
+            query?: {
+                queue?: string | null;
+                backend?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobLimits"];
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -23,6 +23,7 @@ import {
 import {
   aheadWords,
   attemptWords,
+  checkpointsNone,
   costWords,
   eventWords,
   formatAge,
@@ -147,7 +148,7 @@ export class JobDetailView extends PanelView {
     });
     const copy = button('Copy id', () => void this.copyId(), { ariaLabel: `Copy job id ${job.id}` });
     this.script = h('pre', { className: 'jp-cellscale-script', attrs: { tabindex: '0', 'aria-label': 'Backend script' } });
-    const scriptBox = h('details', { className: 'jp-cellscale-scriptbox' }, h('summary', { text: 'Backend script (dry run)' }), this.script);
+    const scriptBox = h('details', { className: 'jp-cellscale-scriptbox' }, h('summary', { text: 'Backend script, as run' }), this.script);
     scriptBox.addEventListener('toggle', () => {
       if (scriptBox.open) {
         void this.loadScript();
@@ -266,12 +267,17 @@ export class JobDetailView extends PanelView {
               ` · ${formatBytes(c.size_bytes)} · ${formatAge(c.committed_at)} · attempt ${c.attempt}`
             )
           )
-        : [h('li', { className: 'jp-cellscale-empty', text: 'none committed yet' })])
+        : [h('li', { className: 'jp-cellscale-empty', text: checkpointsNone(this._job!) })])
     );
   }
 
   private async loadScript(): Promise<void> {
     const job = this._job!;
+    if (!job.attempts.length) {
+      // the script is written when an attempt starts (a dry run is %%cluster --dry-run)
+      this.script.textContent = 'It has not started yet: the backend script is written when it starts.';
+      return;
+    }
     this.script.textContent = 'loading…';
     try {
       const view = await jobRender(job.id);
