@@ -80,7 +80,7 @@ def test_status_says_why_it_waits_once_and_a_cpu_job_ahead_holds_cpus():
         " · waiting for 4 CPUs, 0 free to it: your job big1 holds 16 of the desk's CPUs."
     )  # the live line: the reason without its details
     lines = describe(job(pending=pending, reason=message)).splitlines()
-    assert lines[0].startswith("cs-1 · PENDING · ") and lines[0].endswith(" · 1 CPU on slurm")
+    assert lines[0].startswith("cs-1 · cell · PENDING · ") and lines[0].endswith(" · 1 CPU on slurm")
     assert [line for line in lines if "holds 16 of the desk's CPUs" in line] == [f"  why pending: {message}"]
     assert lines[-2:] == [
         "    ahead: prep (cs-p, desk-b, 16 CPUs, borrowing)",
