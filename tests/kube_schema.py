@@ -16,11 +16,16 @@ No API server that knows CEL, strict field validation or Job `suspend` can run o
   checks a schema cannot express that cellscale's manifests could get wrong (object names,
   labels, quantities, a RoleBinding's roleRef).
 
-What this cannot prove (the docs say so too): admission webhooks (JobSet's and Kueue's defaulting
-and validation), controllers, the CEL cost budget, CEL type-checking at CRD creation (cel-python
-only parses), and transition rules (those reading `oldSelf`): the apiserver evaluates them only
-on update, so on create they are skipped here as there. `rule_inventory()` lists every rule with
-its kind so a test can prove each one compiles and evaluates.
+Checks that live in Go code rather than in a schema are added for what cellscale renders: the
+Jobs and Pods a JobSet or RayJob will create (the apiserver refuses those only later, when the
+controller creates them) and Kueue's ClusterQueue webhook (quotas, namespaceSelector).
+
+What this cannot prove (the docs say so too): the other admission webhooks (JobSet's, KubeRay's
+and the rest of Kueue's defaulting and validation), controllers, the CEL cost budget, CEL
+type-checking at CRD creation (cel-python only parses), and transition rules (those reading
+`oldSelf`): the apiserver evaluates them only on update, so on create they are skipped here as
+there. `rule_inventory()` lists every rule with its kind so a test can prove each one compiles and
+evaluates.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ _OBJECT_META_FIELDS = frozenset(
         "ownerReferences", "finalizers", "managedFields",
     }
 )  # fmt: skip
+# An embedded resource's metadata is not pruned by its schema: `object_meta` refuses what ObjectMeta lacks
+_OBJECT_META = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 _ANNOTATIONS_MAX_BYTES = 256 * 1024
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
@@ -161,10 +168,21 @@ def _validate_custom(obj: dict, what: str, crd: Crd, version: str, allow_depreca
         walk.object_meta(metadata, namespaced=crd.namespaced, name_rule="subdomain")
         body["metadata"] = metadata
     walk.check(body, _without_metadata(schema), "", root=True)
-    walk.errors += _template_checks(body, refused=[error.partition(": ")[0] for error in walk.errors])
+    refused = [error.partition(": ")[0] for error in walk.errors]
+    walk.errors += _template_checks(body, refused)
+    if crd.kind == "ClusterQueue" and not refused:
+        walk.errors += _cluster_queue_webhook_checks(body["spec"])
     if walk.errors:
         raise ManifestInvalid(what, walk.errors)
     return body
+
+
+def apply_schema(value: Any, schema: dict) -> tuple[Any, list[str]]:
+    """One value against one structural schema (no root ObjectMeta): the defaulted value and every error."""
+    walk = _Walk()
+    value = walk.prune_and_default(copy.deepcopy(value), schema, "")
+    walk.check(value, schema, "")
+    return value, walk.errors
 
 
 def _without_metadata(schema: dict) -> dict:
@@ -219,10 +237,10 @@ class _Walk:
             preserve = schema.get("x-kubernetes-preserve-unknown-fields") or extra is True
             if schema.get("x-kubernetes-embedded-resource"):
                 props = {
+                    **props,
                     "apiVersion": {"type": "string"},
                     "kind": {"type": "string"},
-                    "metadata": {"type": "object"},
-                    **props,
+                    "metadata": _OBJECT_META,
                 }
             for key in list(value):
                 sub = props.get(key, extra if isinstance(extra, dict) else None)
@@ -721,3 +739,65 @@ def parse_quantity(amount: Any) -> float | None:
     if rest[:1] in ("e", "E"):
         return float(amount)
     return float(number[0]) * _SUFFIX[rest]
+
+
+# ---------------------------------------------------------------- Kueue's ClusterQueue webhook
+#
+# Kueue's validating webhook (pkg/webhooks/clusterqueue_webhook.go) cannot run here; these are its
+# checks of a ClusterQueue's quotas and namespaceSelector, the part cellscale's tenancy mirror
+# renders, run on a ClusterQueue the schema has accepted.
+
+
+def _cluster_queue_webhook_checks(spec: dict) -> list[str]:
+    errors: list[str] = []
+    in_cohort = bool(spec.get("cohortName"))
+    seen_resources: set[str] = set()
+    seen_flavors: set[str] = set()
+    for g, group in enumerate(spec.get("resourceGroups", [])):
+        path = f"spec.resourceGroups[{g}]"
+        for i, name in enumerate(group["coveredResources"]):
+            if name in seen_resources:
+                errors.append(f"{path}.coveredResources[{i}]: Duplicate value: {_show(name)}")
+            seen_resources.add(name)
+        for f, flavor in enumerate(group["flavors"]):
+            if flavor["name"] in seen_flavors:
+                errors.append(f"{path}.flavors[{f}].name: Duplicate value: {_show(flavor['name'])}")
+            seen_flavors.add(flavor["name"])
+            for r, quota in enumerate(flavor["resources"]):
+                errors += _quota_checks(
+                    quota, group["coveredResources"], r, in_cohort, f"{path}.flavors[{f}].resources[{r}]"
+                )
+    for i, requirement in enumerate(_dig(spec, "namespaceSelector", "matchExpressions", kind=list)):
+        where = f"spec.namespaceSelector.matchExpressions[{i}]"
+        operator, values = requirement.get("operator"), requirement.get("values") or []
+        if operator in ("In", "NotIn") and not values:
+            errors.append(f"{where}.values: Required value: must be specified when `operator` is 'In' or 'NotIn'")
+        elif operator in ("Exists", "DoesNotExist") and values:
+            errors.append(
+                f"{where}.values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+            )
+        elif operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            errors.append(f"{where}.operator: Invalid value: {_show(operator)}: not a valid selector operator")
+    return errors
+
+
+def _quota_checks(quota: dict, covered: list[str], index: int, in_cohort: bool, path: str) -> list[str]:
+    errors = []
+    if index < len(covered) and quota["name"] != covered[index]:
+        errors.append(f"{path}.name: Invalid value: {_show(quota['name'])}: must match the name in coveredResources")
+    amounts = {
+        field: parse_quantity(quota[field])
+        for field in ("nominalQuota", "borrowingLimit", "lendingLimit")
+        if field in quota
+    }
+    for field, amount in amounts.items():
+        if amount is not None and amount < 0:
+            errors.append(f"{path}.{field}: Invalid value: {_show(quota[field])}: must be greater than or equal to 0")
+    if "lendingLimit" in quota and not in_cohort:
+        errors.append(
+            f"{path}.lendingLimit: Invalid value: {_show(quota['lendingLimit'])}: must be nil when cohort is empty"
+        )
+    elif "lendingLimit" in quota and (amounts["lendingLimit"] or 0) > (amounts.get("nominalQuota") or 0):
+        errors.append(f"{path}.lendingLimit: Invalid value: {_show(quota['lendingLimit'])}: "
+                      "must be less than or equal to the nominalQuota")  # fmt: skip
+    return errors

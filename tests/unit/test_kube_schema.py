@@ -438,6 +438,26 @@ BAD = [
     ("Pod: container name", with_(rayjob(), f"{RAY_WORKER}.template.spec.containers.0.name", "Ray_Worker"),
      ['spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].name: Invalid value: "Ray_Worker": '
       "must be a DNS-1123 label"]),
+    ("Kueue webhook: lendingLimit without a cohort",
+     with_(with_(cluster_queue(), "spec.cohortName", DELETE), f"{RG}.flavors.0.resources.0.borrowingLimit", DELETE),
+     ['spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: Invalid value: 4: must be nil when cohort is '
+      "empty",
+      'spec.resourceGroups[0].flavors[0].resources[2].lendingLimit: Invalid value: "1Ti": must be nil when cohort '
+      "is empty"]),
+    ("Kueue webhook: lendingLimit over nominal", with_(cluster_queue(), f"{RG}.flavors.0.resources.0.lendingLimit", 17),
+     ["spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: Invalid value: 17: must be less than or equal "
+      "to the nominalQuota"]),
+    ("Kueue webhook: resources in coveredResources' order",
+     with_(cluster_queue(), f"{RG}.coveredResources", ["cpu", "nvidia.com/gpu", "memory"]),
+     ['spec.resourceGroups[0].flavors[0].resources[0].name: Invalid value: "nvidia.com/gpu": must match the name in '
+      "coveredResources",
+      'spec.resourceGroups[0].flavors[0].resources[1].name: Invalid value: "cpu": must match the name in '
+      "coveredResources"]),
+    ("Kueue webhook: In needs values",
+     with_(cluster_queue(), "spec.namespaceSelector", {"matchExpressions": [{"key": "cellscale.io/tenant",
+                                                                              "operator": "In", "values": []}]}),
+     ["spec.namespaceSelector.matchExpressions[0].values: Required value: must be specified when `operator` is "
+      "'In' or 'NotIn'"]),
     ("deprecated version", {**local_queue(), "apiVersion": "kueue.x-k8s.io/v1beta1"},
      ["apiVersion: This version is deprecated. Use v1beta2 instead."]),
     ("unserved version", {**local_queue(), "apiVersion": "kueue.x-k8s.io/v1"},
@@ -492,6 +512,43 @@ def test_duplicate_list_map_key():
 
 def test_deprecated_version_when_asked():
     assert validate({**local_queue(), "apiVersion": "kueue.x-k8s.io/v1beta1"}, allow_deprecated=True)
+
+
+# ------------------------------------------------------------ schema markers the pinned CRDs do not use (yet)
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        "embedded": {
+            "type": "object",
+            "x-kubernetes-embedded-resource": True,
+            "properties": {"spec": {"type": "object"}},
+        },
+        "maybe": {"type": "string", "nullable": True},
+        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+        "at": {"type": "string", "format": "date-time"},
+        "ratio": {"type": "number", "minimum": 0, "exclusiveMinimum": True},
+    },
+}
+
+
+def test_markers_apply_as_on_the_apiserver():
+    value = {"free": {"anything": {"goes": 1}}, "maybe": None, "tags": ["a", "b"], "at": "2025-01-01T00:00:00Z",
+             "embedded": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "spec": {}}}  # fmt: skip
+    assert kube_schema.apply_schema(value, SCHEMA) == (value, [])
+
+
+def test_markers_refuse_as_on_the_apiserver():
+    value = {"tags": ["a", "a"], "at": "yesterday", "ratio": 0, "embedded": {"metadata": {"nam": "x"}, "spec": {}}}
+    assert kube_schema.apply_schema(value, SCHEMA)[1] == [
+        'tags[1]: Duplicate value: "a"',
+        'at: Invalid value: "yesterday": must be an RFC 3339 date-time',
+        "ratio: Invalid value: 0: must be > 0",
+        "embedded.apiVersion: Required value: must not be empty",
+        "embedded.kind: Required value: must not be empty",
+        "embedded.metadata.nam: unknown field (not in ObjectMeta)",
+    ]
 
 
 # ------------------------------------------------------------ every CEL rule compiles and evaluates
