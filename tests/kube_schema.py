@@ -162,10 +162,8 @@ def _validate_custom(obj: dict, what: str, crd: Crd, version: str, allow_depreca
     body = copy.deepcopy(obj)
     metadata = body.pop("metadata", None)
     body = walk.prune_and_default(body, _without_metadata(schema), "")
-    if metadata is None:
-        walk.errors.append("metadata: Required value")
-    else:
-        walk.object_meta(metadata, namespaced=crd.namespaced, name_rule="subdomain")
+    walk.object_meta(metadata, namespaced=crd.namespaced, name_rule="subdomain")
+    if metadata is not None:
         body["metadata"] = metadata
     walk.check(body, _without_metadata(schema), "", root=True)
     refused = [error.partition(": ")[0] for error in walk.errors]
@@ -373,14 +371,20 @@ class _Walk:
 
     # -- the ObjectMeta every object has (the apiserver's own checks, not a schema)
 
-    def object_meta(self, meta: Any, namespaced: bool | None, name_rule: str, parent: str = "") -> None:
+    def object_meta(
+        self, meta: Any, namespaced: bool | None, name_rule: str, parent: str = "", fields: bool = True
+    ) -> None:
+        """`fields`: refuse fields ObjectMeta lacks (False where a strict JSON schema already does)."""
         path = _path(parent, "metadata")
         err = self.errors.append
+        if meta is None:
+            err(f"{path}: Required value")
+            return
         if not isinstance(meta, dict):
             err(f"{path}: Invalid value: {_show(meta)}: must be of type object")
             return
         for key in meta:
-            if key not in _OBJECT_META_FIELDS:
+            if fields and key not in _OBJECT_META_FIELDS:
                 err(f"{path}.{key}: unknown field (not in ObjectMeta)")
         name = meta.get("name")
         if not name and not meta.get("generateName") and not parent:  # an embedded object's may be left out
@@ -553,7 +557,8 @@ def _validate_builtin(obj: dict, what: str) -> dict:
     ]
     walk = _Walk()
     name_rule = _BUILTIN_NAME_RULES.get(obj["kind"], "subdomain")
-    walk.object_meta(obj.get("metadata"), namespaced=obj["kind"] not in CLUSTER_SCOPED_BUILTINS, name_rule=name_rule)
+    namespaced = obj["kind"] not in CLUSTER_SCOPED_BUILTINS
+    walk.object_meta(obj.get("metadata"), namespaced=namespaced, name_rule=name_rule, fields=False)
     errors += walk.errors + _go_side_checks(obj)
     if errors:
         raise ManifestInvalid(what, errors)
@@ -736,7 +741,7 @@ def parse_quantity(amount: Any) -> float | None:
         return None
     number = re.match(r"^[+-]?(\d+(\.\d*)?|\.\d+)", amount)
     rest = amount[number.end() :]
-    if rest[:1] in ("e", "E"):
+    if rest not in _SUFFIX:  # a decimal exponent (`1e3`, `2E6`), not the suffix E (exa) alone
         return float(amount)
     return float(number[0]) * _SUFFIX[rest]
 

@@ -13,7 +13,7 @@ from cellscale.spec import JobSpec
 from cellscale_hub.kube import manifests
 from cellscale_hub.kube.tenancy import HubIdentity, render_tenancy
 from cellscale_hub.tenancy import Tenancy
-from tests.kube_schema import validate
+from tests.kube_schema import ManifestInvalid, validate
 
 SETTINGS = manifests.KubeSettings(
     image="registry.example.com/cellscale:0.1.0",
@@ -79,8 +79,9 @@ def test_the_golden_manifests_validate():
         validate(yaml.safe_load(path.read_text()))
 
 
-# A tenancy with a Kubernetes flavor: one desk in a cohort with borrowing and lending limits on
-# every resource, one desk outside any cohort, and a desk whose queue is on another backend only.
+# A tenancy with Kubernetes flavors: one desk in a cohort with borrowing and lending limits on
+# every resource, one desk outside any cohort (whose limits Kueue refuses: the mirror must drop
+# them), and a desk whose queue is on another backend only.
 TENANCY = """
 flavors:
   h100: {backend: k8s}
@@ -100,7 +101,7 @@ cluster_queues:
       a100: {nominal: 8}
   desk-b:
     quotas:
-      h100: {nominal: 8, borrowing_limit: 4, cpu: {nominal: 64}}
+      h100: {nominal: 8, borrowing_limit: 4, lending_limit: 2, cpu: {nominal: 64}}
   desk-c:
     quotas:
       slurm: {nominal: 8}
@@ -133,13 +134,14 @@ def test_every_tenancy_object_validates(hub):
     for obj in objects:
         try:
             validate(obj)
-        except ValueError as refused:
+        except ManifestInvalid as refused:
             failures[f"{obj['kind']}/{obj['metadata']['name']}"] = str(refused)
     assert not failures, "\n".join(failures.values())
 
 
 def test_the_shipped_tenancy_validates():
-    """config/tenants.yaml mirrored for each of its backends (none is Kubernetes yet: then nothing)."""
+    """config/tenants.yaml mirrored as if each of its backends were a Kubernetes one (every shape of quota
+    it holds: GPU pools, CPU pools, memory with units)."""
     tenancy = Tenancy.from_yaml((Path(__file__).parents[2] / "config" / "tenants.yaml").read_text())
     for backend in {flavor.backend for flavor in tenancy.flavors.values()}:
         for obj in render_tenancy(tenancy, backend):

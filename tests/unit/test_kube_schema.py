@@ -489,6 +489,26 @@ def test_bad_manifest_fails_for_its_reason(manifest, errors):
     assert refused.value.errors == errors
 
 
+BUILTIN_GOOD = {
+    name: make for name, make in GOOD.items() if "/" not in make()["apiVersion"] or "rbac" in make()["apiVersion"]
+}
+
+
+@pytest.mark.parametrize("make", BUILTIN_GOOD.values(), ids=BUILTIN_GOOD.keys())
+def test_builtins_agree_with_kubernetes_validate(make):
+    """The built-in kinds use kubernetes-validate's own strict schemas: its validate() agrees, on the
+    good manifest and on one with an unknown field (which it reports first of all, as here)."""
+    import kubernetes_validate
+
+    kubernetes_validate.validate(make(), kube_schema.BUILTIN_VERSION, strict=True)
+    bad = with_(make(), "metadata.nam", "x")
+    with pytest.raises(kubernetes_validate.ValidationError) as theirs:
+        kubernetes_validate.validate(bad, kube_schema.BUILTIN_VERSION, strict=True)
+    with pytest.raises(ManifestInvalid) as ours:
+        validate(bad)
+    assert ours.value.errors == [f"metadata: {theirs.value.message}"]
+
+
 def test_every_error_is_listed():
     manifest = with_(with_(jobset_torchrun(), "spec.foo", 1), f"{RJ}.template.spec.parallelism", -1)
     manifest = with_(manifest, "spec.network.subdomain", 7)
@@ -512,6 +532,15 @@ def test_duplicate_list_map_key():
 
 def test_deprecated_version_when_asked():
     assert validate({**local_queue(), "apiVersion": "kueue.x-k8s.io/v1beta1"}, allow_deprecated=True)
+
+
+@pytest.mark.parametrize(
+    ("amount", "value"),
+    [("8", 8), (8, 8), ("500m", 0.5), ("256Gi", 256 * 2**30), ("1Ei", 2**60), ("1E", 1e18), ("1e3", 1000),
+     ("2E6", 2e6), ("1.5k", 1500), ("-1", -1), ("lots", None), ("1 Gi", None), (True, None)],
+)  # fmt: skip
+def test_quantities(amount, value):
+    assert kube_schema.parse_quantity(amount) == value
 
 
 # ------------------------------------------------------------ schema markers the pinned CRDs do not use (yet)
