@@ -83,13 +83,15 @@ class ManifestInvalid(ValueError):
         super().__init__(f"{what} is invalid:\n" + "\n".join(f"- {e}" for e in errors))
 
 
-def validate(obj: dict, *, allow_deprecated: bool = False) -> dict:
+def validate(obj: dict, *, allow_deprecated: bool = False, status: bool = False) -> dict:
     """The object as the apiserver would store it on create (defaults applied), or ManifestInvalid.
 
     Custom resources get their CRD's defaults; built-in kinds come back unchanged (their defaults
     live in Go code, not in a schema). A version the CRD marks deprecated (Kueue's v1beta1,
     KubeRay's v1alpha1) is refused unless `allow_deprecated`: cellscale always names the storage
-    version.
+    version. On create the apiserver drops the `status` of a kind with a status subresource (after
+    refusing its unknown fields); `status=True` keeps and validates it, as a write to the status
+    subresource would (what a test stand-in for a controller writes).
     """
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     what = f"{kind}/{(obj.get('metadata') or {}).get('name')} ({api_version})"
@@ -99,7 +101,7 @@ def validate(obj: dict, *, allow_deprecated: bool = False) -> dict:
     crd = _crds_by_group_kind().get((group, kind))
     if crd is None:
         return _validate_builtin(obj, what)
-    return _validate_custom(obj, what, _crd(crd), version, allow_deprecated)
+    return _validate_custom(obj, what, _crd(crd), version, allow_deprecated, status)
 
 
 # ---------------------------------------------------------------- the pinned CRDs, loaded lazily
@@ -148,7 +150,7 @@ def pinned_crds() -> list[Crd]:
 # ---------------------------------------------------------------- custom resources
 
 
-def _validate_custom(obj: dict, what: str, crd: Crd, version: str, allow_deprecated: bool) -> dict:
+def _validate_custom(obj: dict, what: str, crd: Crd, version: str, allow_deprecated: bool, status: bool) -> dict:
     entry = crd.versions.get(version)
     served = sorted(name for name, v in crd.versions.items() if v.get("served"))
     if entry is None or not entry.get("served"):
@@ -162,6 +164,8 @@ def _validate_custom(obj: dict, what: str, crd: Crd, version: str, allow_depreca
     body = copy.deepcopy(obj)
     metadata = body.pop("metadata", None)
     body = walk.prune_and_default(body, _without_metadata(schema), "")
+    if not status and "status" in entry.get("subresources", {}):
+        body.pop("status", None)
     walk.object_meta(metadata, namespaced=crd.namespaced, name_rule="subdomain")
     if metadata is not None:
         body["metadata"] = metadata

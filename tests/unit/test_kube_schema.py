@@ -530,6 +530,30 @@ def test_duplicate_list_map_key():
     assert refused.value.errors == ['spec.replicatedJobs[1]: Duplicate value: {"name": "node"}']
 
 
+WORKLOAD_STATUS = {
+    "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "Quota reserved",
+                    "lastTransitionTime": "2025-01-01T00:00:00Z"}],
+    "admission": {"clusterQueue": "desk-a",
+                  "podSetAssignments": [{"name": "node", "flavors": {"nvidia.com/gpu": "h100"}, "count": 2}]},
+}  # fmt: skip
+
+
+def test_status_is_dropped_on_create_and_checked_when_asked():
+    manifest = {**workload(), "status": WORKLOAD_STATUS}
+    assert "status" not in validate(manifest)
+    assert validate(manifest, status=True)["status"]["admission"]["clusterQueue"] == "desk-a"
+    two_assignments = copy.deepcopy(manifest)
+    two_assignments["status"]["admission"]["podSetAssignments"].append({"name": "other", "count": 1})
+    with pytest.raises(ManifestInvalid) as refused:
+        validate(two_assignments, status=True)
+    assert refused.value.errors == [
+        '<root>: Invalid value: "object": podSetAssignments must have the same number of podSets as the spec'
+    ]
+    with pytest.raises(ManifestInvalid) as refused:  # unknown fields are refused before status is dropped
+        validate(with_(manifest, "status.admited", True))
+    assert refused.value.errors == ["status.admited: unknown field (not in the schema)"]
+
+
 def test_deprecated_version_when_asked():
     assert validate({**local_queue(), "apiVersion": "kueue.x-k8s.io/v1beta1"}, allow_deprecated=True)
 
