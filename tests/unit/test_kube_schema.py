@@ -201,6 +201,12 @@ def priority_class() -> dict:
             "value": 100, "description": "the default"}  # fmt: skip
 
 
+def topology() -> dict:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": "default"},
+            "spec": {"levels": [{"nodeLabel": "cloud.provider.com/topology-block"},
+                                {"nodeLabel": "kubernetes.io/hostname"}]}}  # fmt: skip
+
+
 def workload() -> dict:
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -281,6 +287,7 @@ GOOD = {
     "clusterqueue": cluster_queue,
     "cohort": cohort,
     "resourceflavor": resource_flavor,
+    "topology": topology,
     "workloadpriorityclass": priority_class,
     "workload": workload,
     "namespace": namespace,
@@ -407,6 +414,12 @@ BAD = [
     ("CEL: an error while evaluating is a refusal", with_(resource_flavor(), "spec.nodeLabels", DELETE),
      ['spec: Invalid value: "object": no such member in mapping: \'nodeLabels\' evaluating rule: at least one '
       "nodeLabel is required when topology is set"]),
+    ("CEL: topology levels unique", with_(topology(), "spec.levels.0.nodeLabel", "kubernetes.io/hostname"),
+     ['spec.levels: Invalid value: "array": must be unique']),
+    ("CEL: hostname is the lowest level",
+     with_(with_(topology(), "spec.levels.0.nodeLabel", "kubernetes.io/hostname"), "spec.levels.1.nodeLabel", "rack"),
+     ['spec.levels: Invalid value: "array": the kubernetes.io/hostname label can only be used at the lowest level '
+      "of topology"]),
     ("metadata: name", with_(cluster_queue(), "metadata.name", "Desk_A"),
      ['metadata.name: Invalid value: "Desk_A": must be a DNS-1123 subdomain (lowercase letters, digits, \'-\' and '
       "'.', alphanumeric at both ends)"]),
