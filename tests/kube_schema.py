@@ -810,3 +810,30 @@ def _quota_checks(quota: dict, covered: list[str], index: int, in_cohort: bool, 
         errors.append(f"{path}.lendingLimit: Invalid value: {_show(quota['lendingLimit'])}: "
                       "must be less than or equal to the nominalQuota")  # fmt: skip
     return errors
+
+
+# ---------------------------------------------------------------- by hand: python -m tests.kube_schema FILE...
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Validate every document of each YAML file (`-`: stdin), e.g. what `--dry-run` prints; 1 if any is refused."""
+    import sys
+
+    refused = 0
+    for name in argv if argv is not None else sys.argv[1:]:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text()
+        for doc in yaml.safe_load_all(text):
+            if not doc:
+                continue
+            try:
+                validate(doc)
+            except ManifestInvalid as error:
+                refused += 1
+                print(f"{name}: {error}")
+            else:
+                print(f"{name}: {doc['kind']}/{doc['metadata']['name']} is valid")
+    return 1 if refused else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -665,3 +665,16 @@ def test_the_crds_are_the_pinned_ones():
     provenance = (crds / "PROVENANCE.md").read_text()
     for path in sorted(crds.glob("*.yaml")):
         assert f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}" in provenance
+
+
+def test_by_hand(tmp_path, capsys):
+    import yaml
+
+    path = tmp_path / "manifests.yaml"
+    path.write_text(yaml.safe_dump_all([local_queue(), with_(cohort(), "spec.parent", "firm")]))
+    assert kube_schema.main([str(path)]) == 1
+    assert capsys.readouterr().out == (
+        f"{path}: LocalQueue/desk-a-gpu is valid\n"
+        f"{path}: Cohort/research (kueue.x-k8s.io/v1beta2) is invalid:\n"
+        "- spec.parent: unknown field (not in the schema)\n"
+    )
