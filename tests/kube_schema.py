@@ -94,7 +94,8 @@ def validate(obj: dict, *, allow_deprecated: bool = False, status: bool = False)
     subresource would (what a test stand-in for a controller writes).
     """
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
-    what = f"{kind}/{(obj.get('metadata') or {}).get('name')} ({api_version})"
+    meta = obj.get("metadata")
+    what = f"{kind}/{meta.get('name') if isinstance(meta, dict) else None} ({api_version})"
     if not isinstance(api_version, str) or not isinstance(kind, str):
         raise ManifestInvalid(what, ["apiVersion, kind: Required value: every manifest names both, as strings"])
     group, _, version = api_version.rpartition("/")
