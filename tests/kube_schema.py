@@ -10,7 +10,8 @@ No API server that knows CEL, strict field validation or Job `suspend` can run o
   x-kubernetes-int-or-string, nullable, enum, pattern, min/max, lengths, sizes, required,
   list-type map/set uniqueness, embedded resources), the root ObjectMeta (name, namespace, labels,
   annotations, as for every object) and the CRDs' CEL rules (x-kubernetes-validations) evaluated
-  with cel-python.
+  with cel-python (beside other errors, but not at all when a value has the wrong type: the
+  apiserver then says some rules were not checked).
 - Built-in kinds (Namespace, Role, ResourceQuota, ...) against kubernetes-validate's strict JSON
   schemas of Kubernetes BUILTIN_VERSION (every error, not only the first), plus the few Go-side
   checks a schema cannot express that cellscale's manifests could get wrong (object names,
@@ -170,7 +171,8 @@ def _validate_custom(obj: dict, what: str, crd: Crd, version: str, allow_depreca
     walk.object_meta(metadata, namespaced=crd.namespaced, name_rule="subdomain")
     if metadata is not None:
         body["metadata"] = metadata
-    walk.check(body, _without_metadata(schema), "", root=True)
+    walk.check(body, _without_metadata(schema), "")
+    walk.cel(body, _without_metadata(schema), "", root=True)
     refused = [error.partition(": ")[0] for error in walk.errors]
     walk.errors += _template_checks(body, refused)
     if crd.kind == "ClusterQueue" and not refused:
@@ -185,6 +187,7 @@ def apply_schema(value: Any, schema: dict) -> tuple[Any, list[str]]:
     walk = _Walk()
     value = walk.prune_and_default(copy.deepcopy(value), schema, "")
     walk.check(value, schema, "")
+    walk.cel(value, schema, "")
     return value, walk.errors
 
 
@@ -230,6 +233,7 @@ def _is_type(value: Any, schema: dict) -> bool:
 class _Walk:
     def __init__(self):
         self.errors: list[str] = []
+        self.type_errors = 0  # the apiserver evaluates no CEL rule when the object has one
 
     # -- phase 1: what the apiserver does before validating: prune (strictly: refuse) and default
 
@@ -263,19 +267,20 @@ class _Walk:
             return [self.prune_and_default(item, schema["items"], f"{path}[{i}]") for i, item in enumerate(value)]
         return value
 
-    # -- phase 2: the structural schema, then the CEL rules of every node whose type is right
+    # -- phase 2: the structural schema
 
-    def check(self, value: Any, schema: dict, path: str, root: bool = False) -> None:
+    def check(self, value: Any, schema: dict, path: str) -> None:
         shown = path or "<root>"
         if value is None:
             if not schema.get("nullable"):
+                self.type_errors += 1
                 self.errors.append(f"{shown}: Invalid value: null: must be of type {schema.get('type')}")
             return
         if not _is_type(value, schema):
+            self.type_errors += 1
             kind = "integer or string" if schema.get("x-kubernetes-int-or-string") else schema.get("type")
             self.errors.append(f"{shown}: Invalid value: {_show(value)}: must be of type {kind}")
             return
-        before = len(self.errors)
         self.values(value, schema, shown)
         if "anyOf" in schema and not any(_is_type(value, alt) for alt in schema["anyOf"]):
             self.errors.append(f"{shown}: Invalid value: {_show(value)}: matches none of {schema['anyOf']}")
@@ -283,8 +288,6 @@ class _Walk:
             self.object(value, schema, path)
         elif isinstance(value, list):
             self.array(value, schema, path)
-        if len(self.errors) == before:
-            self.rules(value, schema, shown, root)
 
     def values(self, value: Any, schema: dict, shown: str) -> None:
         err = self.errors.append
@@ -357,6 +360,29 @@ class _Walk:
                 self.errors.append(f"{path}[{i}]: Duplicate value: {key}")
             seen.setdefault(key, i)
             self.check(item, schema.get("items", {}), f"{path}[{i}]")
+
+    # -- phase 3: the CEL rules (x-kubernetes-validations) of every node, unless a type was wrong
+
+    def cel(self, value: Any, schema: dict, path: str, root: bool = False) -> None:
+        if self.type_errors:
+            if _has_rules(schema):
+                self.errors.append(f"<root>: {_RULES_NOT_CHECKED}")
+            return
+        self._cel(value, schema, path, root)
+
+    def _cel(self, value: Any, schema: dict, path: str, root: bool = False) -> None:
+        if value is None:
+            return
+        self.rules(value, schema, path or "<root>", root)
+        if isinstance(value, dict):
+            props, extra = schema.get("properties", {}), schema.get("additionalProperties")
+            for key, item in value.items():
+                sub = props.get(key, extra if isinstance(extra, dict) else None)
+                if sub is not None:
+                    self._cel(item, sub, _child(path, key, key in props))
+        elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+            for i, item in enumerate(value):
+                self._cel(item, schema["items"], f"{path}[{i}]")
 
     def rules(self, value: Any, schema: dict, shown: str, root: bool) -> None:
         rules = [r for r in schema.get("x-kubernetes-validations", []) if not _is_transition(r)]
@@ -460,6 +486,20 @@ def _qualified_name_problem(key: str) -> str | None:
 
 
 # ---------------------------------------------------------------- CEL (x-kubernetes-validations)
+
+
+_RULES_NOT_CHECKED = (
+    "some validation rules were not checked because the object was invalid; correct the existing errors to "
+    "complete validation"
+)
+
+
+def _has_rules(schema: dict) -> bool:
+    return bool(schema.get("x-kubernetes-validations")) or any(
+        _has_rules(sub)
+        for sub in [*schema.get("properties", {}).values(), schema.get("items"), schema.get("additionalProperties")]
+        if isinstance(sub, dict)
+    )
 
 
 def _is_transition(rule: dict) -> bool:

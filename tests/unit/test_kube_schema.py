@@ -344,6 +344,10 @@ def test_builtins_come_back_unchanged():
     assert validate(role_binding()) == role_binding()
 
 
+NOT_CHECKED = (
+    "<root>: some validation rules were not checked because the object was invalid; correct the existing errors "
+    "to complete validation"
+)
 RJ = "spec.replicatedJobs.0"
 POD = f"{RJ}.template.spec.template.spec"
 RG = "spec.resourceGroups.0"
@@ -358,12 +362,12 @@ BAD = [
     ("unknown field in metadata", with_(local_queue(), "metadata.label", {}),
      ["metadata.label: unknown field (not in ObjectMeta)"]),
     ("wrong type", with_(jobset_torchrun(), f"{RJ}.replicas", "2"),
-     ['spec.replicatedJobs[0].replicas: Invalid value: "2": must be of type integer']),
+     ['spec.replicatedJobs[0].replicas: Invalid value: "2": must be of type integer', NOT_CHECKED]),
     ("wrong type: a boolean", with_(jobset_torchrun(), "spec.suspend", "yes"),
-     ['spec.suspend: Invalid value: "yes": must be of type boolean']),
+     ['spec.suspend: Invalid value: "yes": must be of type boolean', NOT_CHECKED]),
     ("int-or-string", with_(jobset_torchrun(), f"{POD}.containers.0.resources.limits[nvidia.com/gpu]", 8.5),
      ["spec.replicatedJobs[0].template.spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]: "
-      "Invalid value: 8.5: must be of type integer or string"]),
+      "Invalid value: 8.5: must be of type integer or string", NOT_CHECKED]),
     ("quantity pattern", with_(cluster_queue(), f"{RG}.flavors.0.resources.1.nominalQuota", "256 cores"),
      ['spec.resourceGroups[0].flavors[0].resources[1].nominalQuota: Invalid value: "256 cores": must match the '
       "pattern ^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)"
@@ -378,7 +382,9 @@ BAD = [
     ("int32", with_(priority_class(), "value", 2**31),
      ["value: Invalid value: 2147483648: does not fit in int32"]),
     ("minItems", with_(cluster_queue(), f"{RG}.coveredResources", []),
-     ["spec.resourceGroups[0].coveredResources: Invalid value: 0: must have at least 1 items"]),
+     ["spec.resourceGroups[0].coveredResources: Invalid value: 0: must have at least 1 items",
+      'spec.resourceGroups[0]: Invalid value: "object": flavors must have the same number of resources as the '
+      "coveredResources"]),  # CEL rules run beside other errors (not beside a type error)
     ("maxProperties", with_(resource_flavor(), "spec.nodeLabels", {f"k{i}": "v" for i in range(9)}),
      ["spec.nodeLabels: Too many: 9: must have at most 8 items"]),
     ("maxLength", with_(priority_class(), "description", "x" * 2049),
@@ -529,6 +535,7 @@ def test_every_error_is_listed():
         "JobSet/cs-0123abcd4567-a1 (jobset.x-k8s.io/v1alpha2) is invalid:\n"
         "- spec.foo: unknown field (not in the schema)\n"
         "- spec.network.subdomain: Invalid value: 7: must be of type string\n"
+        f"- {NOT_CHECKED}\n"
         "- spec.replicatedJobs[0].template.spec.parallelism: Invalid value: -1: must be >= 0"
     )
 
