@@ -677,30 +677,41 @@ def _dig(value: Any, *keys: str, kind: type = dict) -> Any:
 def _template_checks(obj: dict, refused: list[str]) -> list[str]:
     """The checks of every Job and pod template the schema found nothing wrong in."""
     errors: list[str] = []
-    templates: list[tuple[dict, str, bool]] = []  # (pod spec, its path, whether a Job runs it)
+    templates: list[tuple[dict, str, bool]] = []  # (pod template, its path, whether a Job runs it)
     if obj["kind"] == "JobSet":
         for i, rjob in enumerate(_dig(obj, "spec", "replicatedJobs", kind=list)):
-            job_path = f"spec.replicatedJobs[{i}].template.spec"
-            errors += _job_checks(_dig(rjob, "template", "spec"), job_path, refused)
-            templates.append((_dig(rjob, "template", "spec", "template", "spec"), f"{job_path}.template.spec", True))
+            job_path = f"spec.replicatedJobs[{i}].template"
+            errors += _template_meta_checks(_dig(rjob, "template", "metadata"), f"{job_path}.metadata", refused)
+            errors += _job_checks(_dig(rjob, "template", "spec"), f"{job_path}.spec", refused)
+            templates.append((_dig(rjob, "template", "spec", "template"), f"{job_path}.spec.template", True))
     elif obj["kind"] in ("RayJob", "RayCluster"):
         prefix = ("spec", "rayClusterSpec") if obj["kind"] == "RayJob" else ("spec",)
         shown = ".".join(prefix)
         if _dig(obj, *prefix, "headGroupSpec"):
-            spec = _dig(obj, *prefix, "headGroupSpec", "template", "spec")
-            templates.append((spec, f"{shown}.headGroupSpec.template.spec", False))
+            templates.append(
+                (_dig(obj, *prefix, "headGroupSpec", "template"), f"{shown}.headGroupSpec.template", False)
+            )
         for i, group in enumerate(_dig(obj, *prefix, "workerGroupSpecs", kind=list)):
-            templates.append((_dig(group, "template", "spec"), f"{shown}.workerGroupSpecs[{i}].template.spec", False))
+            templates.append((_dig(group, "template"), f"{shown}.workerGroupSpecs[{i}].template", False))
         if obj["kind"] == "RayJob" and _dig(obj, "spec", "submitterPodTemplate"):
-            spec = _dig(obj, "spec", "submitterPodTemplate", "spec")
-            templates.append((spec, "spec.submitterPodTemplate.spec", True))
+            templates.append((_dig(obj, "spec", "submitterPodTemplate"), "spec.submitterPodTemplate", True))
     elif obj["kind"] == "Workload":
         for i, pod_set in enumerate(_dig(obj, "spec", "podSets", kind=list)):
-            templates.append((_dig(pod_set, "template", "spec"), f"spec.podSets[{i}].template.spec", False))
-    for spec, path, in_job in templates:
-        if not any(error.startswith(path) for error in refused):
-            errors += _pod_checks(spec, path, in_job)
+            templates.append((_dig(pod_set, "template"), f"spec.podSets[{i}].template", False))
+    for template, path, in_job in templates:
+        errors += _template_meta_checks(_dig(template, "metadata"), f"{path}.metadata", refused)
+        if not any(error.startswith(f"{path}.spec") for error in refused):
+            errors += _pod_checks(_dig(template, "spec"), f"{path}.spec", in_job)
     return errors
+
+
+def _template_meta_checks(meta: dict, path: str, refused: list[str]) -> list[str]:
+    """A template's labels and annotations, as the Job's or Pod's ObjectMeta will be checked."""
+    if any(error.startswith(path) for error in refused):
+        return []
+    walk = _Walk()
+    walk.object_meta(meta, namespaced=None, name_rule="subdomain", parent=path.removesuffix(".metadata"), fields=False)
+    return walk.errors
 
 
 def _job_checks(job: dict, path: str, refused: list[str]) -> list[str]:

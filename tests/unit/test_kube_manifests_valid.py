@@ -5,6 +5,7 @@ tenancy mirror renders (kube/tenancy.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,19 @@ def test_an_attempts_manifest_validates(spec):
     manifest = manifests.render(attempt(spec), SETTINGS)
     assert manifest["kind"] == ("RayJob" if spec["launcher"] == "ray" else "JobSet")
     validate(manifest)
+
+
+@pytest.mark.parametrize("owner", ["alice", "_svc", "bob_", "build-", "a" * 32])
+def test_any_unix_user_gets_a_valid_manifest_or_a_clear_refusal(owner):
+    """Job owners are Unix user names (`drivers.base.UNIX_USER`), which may start with '_' or end with
+    '_' or '-': a label value may not. Rendering either refuses in words or gives a valid manifest,
+    never one the apiserver would refuse at submit."""
+    try:
+        manifest = manifests.render(dataclasses.replace(attempt(SPECS["plain, one CPU node"]), owner=owner), SETTINGS)
+    except ValueError as refused:
+        assert owner in str(refused)
+    else:
+        validate(manifest)
 
 
 def test_the_golden_manifests_validate():

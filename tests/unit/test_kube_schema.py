@@ -436,6 +436,9 @@ BAD = [
     ("metadata: label value", with_(jobset_torchrun(), "metadata.labels[cellscale.io/attempt]", 1),
      ["metadata.labels: Invalid value: 1: a label value must be a string of at most 63 characters: alphanumerics, "
       "'-', '_' or '.', starting and ending with an alphanumeric"]),
+    ("Pod: template label", with_(jobset_torchrun(), f"{RJ}.template.spec.template.metadata.labels", {"user": "bob_"}),
+     ['spec.replicatedJobs[0].template.spec.template.metadata.labels: Invalid value: "bob_": a label value must be a '
+      "string of at most 63 characters: alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"]),
     ("Job: parallelism", with_(jobset_torchrun(), f"{RJ}.template.spec.parallelism", -1),
      ["spec.replicatedJobs[0].template.spec.parallelism: Invalid value: -1: must be >= 0"]),
     ("Job: Indexed needs completions", with_(jobset_torchrun(), f"{RJ}.template.spec.completions", DELETE),
