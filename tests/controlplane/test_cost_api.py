@@ -106,3 +106,19 @@ def test_budgets_show_only_the_callers_desks(plane):
     assert [b["tenant"] for b in bob] == ["desk-b"]
     assert (bob[0]["gpu_hours"], bob[0]["usd"], bob[0]["hard_stop"]) == (10.0, None, True)
     assert budgets("dave") == []
+
+
+@pytest.mark.parametrize(
+    ("params", "words"),
+    [
+        ({"until": "0001-01-01T00:00:00Z"}, "the window cannot end at 0001-01-01T00:00:00+00:00: give a later until"),
+        (
+            {"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"},
+            "the window must start before it ends and last at most 400 days",
+        ),
+    ],
+)
+def test_an_impossible_window_is_refused_with_what_to_change(tmp_path, store, params, words):
+    plane = Plane(tmp_path, store, tenancy=priced_and_budgeted())
+    response = plane.http.get("/api/cost", params=params, headers=plane.as_("alice"))
+    assert (response.status_code, response.json()["detail"]) == (400, words)

@@ -136,7 +136,7 @@ priority_classes: {low: -100, normal: 0, high: 100}
 HUBS = {"hub as a ServiceAccount": HubIdentity(), "hub as a user": HubIdentity(name="cellscale-hub", namespace=None)}
 EXPECTED_KINDS = {
     "ResourceFlavor", "Cohort", "ClusterQueue", "WorkloadPriorityClass", "Namespace", "ServiceAccount",
-    "LocalQueue", "ResourceQuota", "Role", "RoleBinding",
+    "LocalQueue", "ResourceQuota", "LimitRange", "Role", "RoleBinding",
 }  # fmt: skip
 
 

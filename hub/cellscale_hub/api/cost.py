@@ -130,7 +130,10 @@ def routes(router: APIRouter) -> None:
         user, allocation, use, idle, and the fleet's idle shared by the tenancy's policy; admins
         also get the fleet's reconciliation."""
         until = until or utcnow()
-        since = since or until - timedelta(days=days)
+        try:
+            since = since or until - timedelta(days=days)
+        except OverflowError:  # `until` in year 1: no window of `days` before it
+            raise HTTPException(400, f"the window cannot end at {until.isoformat()}: give a later until") from None
         if since >= until or until - since > MAX_WINDOW:
             raise HTTPException(400, "the window must start before it ends and last at most 400 days")
         tenancy = ctx.tenancy.current

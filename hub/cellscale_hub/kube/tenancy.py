@@ -204,7 +204,7 @@ def _flavor_quotas(tenancy: Tenancy, cq: str, flavor: str, in_cohort: bool) -> l
         entry: dict = {"name": name, "nominalQuota": amount(own.nominal)}
         if own.borrowing_limit is not None and in_cohort:
             entry["borrowingLimit"] = amount(own.borrowing_limit)
-        if own.lending_limit is not None:
+        if own.lending_limit is not None and in_cohort:  # Kueue: "must be nil when cohort is empty"
             entry["lendingLimit"] = amount(own.lending_limit)
         resources.append(entry)
     return resources
@@ -263,6 +263,16 @@ def _desk(
                 "spec": {"hard": hard},
             }
         )
+        defaults = _default_requests(hard)
+        if defaults:
+            objects.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "LimitRange",
+                    "metadata": _meta("cellscale", ns, label),
+                    "spec": {"limits": [{"type": "Container", "defaultRequest": defaults}]},
+                }
+            )
     objects.append(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -281,6 +291,16 @@ def _desk(
         }
     )
     return objects
+
+
+DEFAULT_REQUESTS = {"requests.cpu": ("cpu", "1"), "requests.memory": ("memory", "1Gi")}
+"""What a container that names no cpu or memory request gets in a desk namespace whose quota
+bounds it: Kubernetes refuses a pod without a request for a resource a ResourceQuota covers, and
+a job without --mem (or a server profile without a memory guarantee) names none."""
+
+
+def _default_requests(hard: dict[str, str]) -> dict[str, str]:
+    return dict(DEFAULT_REQUESTS[key] for key in hard if key in DEFAULT_REQUESTS)
 
 
 def _quota_hard(tenancy: Tenancy, queues: list[str], backend: str) -> dict[str, str]:
@@ -305,6 +325,7 @@ _PLURALS = {
     "Namespace": "namespaces",
     "ServiceAccount": "serviceaccounts",
     "ResourceQuota": "resourcequotas",
+    "LimitRange": "limitranges",
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "ResourceFlavor": "resourceflavors",
