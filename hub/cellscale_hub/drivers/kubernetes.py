@@ -164,7 +164,7 @@ class KubernetesDriver(Driver):
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return future.result(timeout=timeout or self.request_timeout * 2)
 
-    def _kubeconfig_changed(self) -> bool:
+    def _kubeconfig_rewritten(self) -> bool:
         """Whether the kubeconfig file was rewritten since it was read (credentials rotated, the
         API moved): the next request reads it again. False for the in-cluster identity."""
         try:
@@ -175,7 +175,7 @@ class KubernetesDriver(Driver):
         return changed
 
     async def _client(self):
-        if self._kubeconfig_changed() and self._api is not None:
+        if self._kubeconfig_rewritten() and self._api is not None:
             await self._api.close()
             self._api = None
         if self._api is None:
