@@ -22,7 +22,10 @@ Rules, in order:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import heapq
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -348,6 +351,7 @@ class Cycle:
     spent: dict[str, float] = field(default_factory=dict)  # tenant -> cloud dollars admitted in this cycle
     waiting_for: dict[str, list[int]] = field(default_factory=dict)  # flavor -> demand of the heads waiting there
     on_flavor: dict[str, list[Holder]] | None = None  # memo: the holders of each flavor
+    freeing: dict[tuple, tuple[list[float], list[int]]] = field(default_factory=dict)  # memo: see ends_in_the_way
 
     def holders_on(self, snap: Snapshot, flavor: str) -> list[Holder]:
         if self.on_flavor is None:
@@ -355,6 +359,29 @@ class Cycle:
             for h in snap.holders:
                 self.on_flavor[h.flavor].append(h)
         return self.on_flavor.get(flavor, [])
+
+    def ends_in_the_way(
+        self, snap: Snapshot, usage: Usage, cq: str, flavor: str, code: PendingCode, i: int
+    ) -> tuple[list[float], list[int]]:
+        """The ends of the holders whose end would help a job of `cq` short of resource `i` on
+        `flavor` (`_helps`), in order (unknown ends last, as inf), and the running sum of what
+        they free. The same for every job of the scope (its queue, its tree or the whole flavor,
+        by `code`) in one cycle, since the holders do not change within it: built once."""
+        scope = (
+            cq if code is PendingCode.QuotaExhausted else None if code is PendingCode.CapacityFull else usage.root[cq]
+        )
+        key = (flavor, i, code is PendingCode.QuotaExhausted, scope)
+        if key not in self.freeing:
+            found = [h for h in self.holders_on(snap, flavor) if _helps(usage, h, cq, code, i)]
+            found.sort(key=_end)
+            ends = [_end(h) for h in found]
+            freed = [0] * len(found)
+            total = 0
+            for n, h in enumerate(found):
+                total += h.demand[i]
+                freed[n] = total
+            self.freeing[key] = ends, freed
+        return self.freeing[key]
 
     def never_fits(self, snap: Snapshot, job: Workload, flavors: list[str]) -> Ceiling | None:
         """The never-fits rule (scheduling.ceiling) against the flavors' capacity now,
@@ -730,8 +757,7 @@ def _blocked_for(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle
     else:
         resource, available, code = short
     i = RESOURCES.index(resource)
-    holders = _holders_in_the_way(snap, usage, job, flavor, code, i, cycle)
-    until = _estimate(snap, holders, job.demand[i] + ahead[i] - available, i)
+    until = _estimate(snap, usage, job, flavor, code, i, cycle, job.demand[i] + ahead[i] - available)
     return None if until is None else until - snap.now
 
 
@@ -954,7 +980,7 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
     resource, available, code = shortages[flavor]
     i = RESOURCES.index(resource)
     needs = job.demand[i]
-    holders = _holders_in_the_way(snap, usage, job, flavor, code, i, cycle)
+    holders = _first_in_the_way(snap, usage, job, flavor, code, i, cycle)
     message = _blocked_words(usage, job, flavor, resource, available, code)
     ahead = tuple(Ahead(h.job_id, h.cluster_queue, h.gpus, _why(usage, h, cq)) for h in holders[:MAX_AHEAD])
     if ahead:
@@ -969,7 +995,7 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
         needs,
         available,
         ahead,
-        _estimate(snap, holders, needs - available, i),
+        _estimate(snap, usage, job, flavor, code, i, cycle, needs - available),
         resource,
     )
 
@@ -1007,25 +1033,26 @@ def _held(h: Holder, i: int) -> str:
     return f"{h.gpus} GPUs" if i == 0 else amount_words(RESOURCES[i], h.demand[i])
 
 
-def _holders_in_the_way(
+def _helps(usage: Usage, h: Holder, cq: str, code: PendingCode, i: int) -> bool:
+    """Whether the end of `h` would help a job of `cq` short of resource `i` (`code` says
+    why): its own queue's jobs when its quota is the limit; otherwise the jobs of its tree (of
+    the whole flavor when the backend is full); only jobs that hold some of the resource."""
+    if not h.demand[i]:
+        return False
+    if code is PendingCode.QuotaExhausted:
+        return h.cluster_queue == cq
+    return code is PendingCode.CapacityFull or usage.root.get(h.cluster_queue) == usage.root[cq]
+
+
+def _first_in_the_way(
     snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: PendingCode, i: int, cycle: Cycle
 ) -> list[Holder]:
-    """Whose end would help: its own queue's jobs when its quota is the limit; otherwise the
-    jobs of its tree (of the whole flavor when the backend is full), borrowers first; only
-    jobs that hold some of the resource it waits for."""
+    """The MAX_AHEAD holders a waiting job's reason names (`_helps`): borrowers first, then
+    the largest (a partial sort: a flavor may have thousands)."""
     cq = job.cluster_queue
-
-    def helps(h: Holder) -> bool:
-        if not h.demand[i]:
-            return False
-        if code is PendingCode.QuotaExhausted:
-            return h.cluster_queue == cq
-        return code is PendingCode.CapacityFull or usage.root.get(h.cluster_queue) == usage.root[cq]
-
-    found = [h for h in cycle.holders_on(snap, flavor) if helps(h)]
+    found = [h for h in cycle.holders_on(snap, flavor) if _helps(usage, h, cq, code, i)]
     borrowed = {q: usage.borrowed(q, flavor, i) for q in {h.cluster_queue for h in found}}
-    found.sort(key=lambda h: (-borrowed[h.cluster_queue], -h.demand[i], h.job_id))
-    return found
+    return heapq.nsmallest(MAX_AHEAD, found, key=lambda h: (-borrowed[h.cluster_queue], -h.demand[i], h.job_id))
 
 
 def _why(usage: Usage, h: Holder, cq: str) -> str:
@@ -1034,19 +1061,22 @@ def _why(usage: Usage, h: Holder, cq: str) -> str:
     return "same queue" if h.cluster_queue == cq else "within its quota"
 
 
-def _estimate(snap: Snapshot, holders: list[Holder], shortfall: int, i: int = 0) -> float | None:
-    """When enough of what is in the way is free if each holder runs to its time limit;
-    None if one that must end first has no limit we know."""
+def _end(h: Holder) -> float:
+    return math.inf if h.ends_by is None else h.ends_by
+
+
+def _estimate(
+    snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: PendingCode, i: int, cycle: Cycle, shortfall: int
+) -> float | None:
+    """When `shortfall` of resource `i` is free on `flavor` if each holder in the way runs to
+    its time limit; None if one that must end first has no limit we know."""
     if shortfall <= 0:
         return snap.now
-    freed = 0
-    for h in sorted(holders, key=lambda h: h.ends_by or float("inf")):
-        if h.ends_by is None:
-            return None
-        freed += h.demand[i]
-        if freed >= shortfall:
-            return max(snap.now, h.ends_by)
-    return None
+    ends, freed = cycle.ends_in_the_way(snap, usage, job.cluster_queue, flavor, code, i)
+    k = bisect.bisect_left(freed, shortfall)
+    if k == len(freed) or ends[k] == math.inf:
+        return None
+    return max(snap.now, ends[k])
 
 
 def _queued(head_reason: PendingReason, head: Workload, job: Workload, position: int) -> PendingReason:
