@@ -570,16 +570,16 @@ class FleetSim:
                 spend = self.spends(t)
         self.cycle_s.append(time.process_time() - c0)
 
-    def run(self, until: float = math.inf) -> None:
-        """Replay to the end, or stop before the first step at `until` or later (simulated
-        seconds); `run` again resumes (a saved contended state is replayed that way)."""
+    def run(self, until: float = math.inf) -> bool:
+        """Replay to the end (True), or stop before the first step at `until` or later
+        (simulated seconds; False); `run` again resumes."""
         jobs, n, events, dt = self.jobs, len(self.jobs), self.events, self.cfg.interval_s
         ai = self.arrived
         tick = 0.0
         while ai < n or events or self.dirty:
             self.arrived = ai
             if self.now >= until:
-                return
+                return False
             nxt = min(jobs[ai].submit if ai < n else math.inf, events[0][0] if events else math.inf)
             if self.dirty and any(self.pending.values()):
                 tick = math.floor(self.now / dt) * dt + dt if dt > 0 else self.now
@@ -610,6 +610,16 @@ class FleetSim:
             while ai < n and jobs[ai].submit <= t:
                 self.dirty |= self.arrive(ai)
                 ai += 1
+        self.arrived = ai
+        return True
+
+    def progress(self, w0: float, cpu0: float) -> str:
+        pending = sum(len(v) for v in self.pending.values())
+        return (
+            f"    day {self.now / DAY:.2f}: {time.perf_counter() - w0:.0f} s wall, "
+            f"{time.process_time() - cpu0:.0f} s CPU, "
+            f"{self.cycles} cycles, {pending} pending, held {dict(self.held_f)}"
+        )
 
     # -- results ---------------------------------------------------------------------------
     def check(self) -> None:
@@ -749,6 +759,7 @@ def main() -> None:
     )
     parser.add_argument("--first-k", type=int, default=FIRST_K)
     parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--progress-every-days", type=float, default=0.25, help="print progress every D simulated days")
     parser.add_argument("--profile", action="store_true", help="cProfile the first policy, print the top 25")
     parser.add_argument("--out", default="fleet_replay", help="results name (benchmarks/results/NAME.json)")
     parser.add_argument("--combine", help="NAME,NAME: print and write one table from earlier results files")
@@ -806,7 +817,8 @@ def main() -> None:
             pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
             pstats.Stats(prof).sort_stats("tottime").print_stats(20)
         else:
-            sim.run()
+            while not sim.run(until=sim.now + args.progress_every_days * DAY):
+                print(sim.progress(w0, cpu0), flush=True)
         wall, cpu = time.perf_counter() - w0, time.process_time() - cpu0
         results[name] = sim.metrics()
         s = results[name]["sim"]
