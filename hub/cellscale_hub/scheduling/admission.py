@@ -850,6 +850,7 @@ def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle:
     cq = job.cluster_queue
     within_nominal = not usage.borrows(cq, flavor, job.demand)
     level = cycle.service.of_job(job)
+    for_service = cycle.service.ordering.preempt_for_service  # else `victim_for` is False for every holder
     out = []
     for q, held in cycle.holders_by_queue(snap, flavor).items():
         if q == cq:
@@ -858,9 +859,11 @@ def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle:
                     continue
                 if h.priority < job.priority:
                     out.append(h)  # priority preemption within the queue
-                elif h.priority == job.priority and cycle.service.victim_for(h, level):
+                elif for_service and h.priority == job.priority and cycle.service.victim_for(h, level):
                     out.append(h)  # it received more service and just checkpointed: least service first
-        elif usage.has(q, flavor) and usage.root[q] == usage.root[cq] and usage.borrowing(q, flavor):
+        elif (within_nominal or for_service) and (
+            usage.has(q, flavor) and usage.root[q] == usage.root[cq] and usage.borrowing(q, flavor)
+        ):
             for h in held:
                 if h.preempting or h.job_id in cycle.taken:
                     continue
