@@ -472,13 +472,15 @@ class FleetSim:
         usage = Usage(self.tenancy, {f: capacity_of(c) for f, c in self.capacity.items()}, _held_per_queue(holders))
         states = {f: SiteState(f, self.site[f]) for f in FLAVORS}
         snap = Snapshot(self.tenancy, self.capacity, holders, (), {}, t, sites=states)
+        # one Cycle for all: `_offers` only reads it (no claims, no heads waiting) and its memos
+        # (the holders by flavor, their ends) depend on the holders, not on the usage added here
+        cycle = Cycle(Service(self.tenancy.ordering, self.tenancy.resource_weights, t))
         for i in new:
             w = replace(self.workloads[i], data=())
             fits = next((f for f in ONPREM if usage.fits(w.cluster_queue, f, w.demand)), None)
             if fits is not None:  # starts now there: no estimate is earlier (the cloud boots first)
                 self.chosen[i] = fits
             else:
-                cycle = Cycle(Service(self.tenancy.ordering, self.tenancy.resource_weights, t))
                 offers = _offers(snap, usage, w, list(FLAVORS), cycle)
                 best = min(range(len(offers)), key=lambda k: (offers[k].start_in_s, k))
                 self.chosen[i] = offers[best].flavor
