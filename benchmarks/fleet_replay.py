@@ -70,17 +70,23 @@ not held to budgets (they have none).
 Metrics: JCT mean/p95, queueing, burst spend ($, with the identity: the sum of per-job cloud
 bills), egress dollars, cross-site bytes moved, desks over budget in some period, split gangs
 (asserted 0 from the holders: one flavor per holder, no flavor over its capacity),
-preemptions; and speed: simulated time / wall time and the wall time of each
-scheduling+placement cycle (p50/p95).
+preemptions; and speed: simulated time / wall time, simulated time / CPU time (one core's
+cost: on a shared machine wall time also counts waiting for a core) and the CPU time of each
+scheduling+placement cycle (p50/p95). With `--warm-up-days W` the W days before `--skip-days`
+are replayed first (so a window starts with the fleet holding the long jobs still running from
+before, as it would) and the metrics are over the jobs submitted in the window (desks over
+budget: in the periods from its start); speed is over the whole replay.
 
     nice .venv/bin/python benchmarks/fleet_replay.py [--quick] [--replicas 4] [--compress 10]
-        [--interval 30] [--policies sites,slurm-M,multikueue,skypilot,burst-when-pending] [--out fleet_replay]
+        [--interval 30] [--skip-days S] [--days D] [--warm-up-days W]
+        [--policies sites,slurm-M,multikueue,skypilot,burst-when-pending] [--out fleet_replay]
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import hashlib
 import heapq
 import itertools
 import json
@@ -272,6 +278,7 @@ class FleetSim:
     cfg: FleetConfig
     budgets: dict[str, float]
     first_k: int = FIRST_K
+    measured_from: float = 0.0  # the metrics are over the jobs submitted from then on (after a warm-up)
     cycle_s: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -297,16 +304,17 @@ class FleetSim:
         self.decayed, self.decayed_t = Counter(), defaultdict(float)
         self.desk_done, self.desk_sum = Counter(), Counter()
         self.now = 0.0
+        self.arrived = 0  # jobs[:arrived] have been submitted
         self.dirty = False
         self.last_period = 0
         # metrics
         self.bills: list[float] = [0.0] * n  # each job's cloud bill, all stints
         self.spent: dict[tuple[str, int], float] = defaultdict(float)  # (desk, period) -> cloud dollars
-        self.egress_usd = 0.0
-        self.moved_gb = 0.0
-        self.moved_jobs = 0
-        self.preemptions = 0
-        self.lost_gpu_s = 0.0
+        self.egress_usd = [0.0] * n  # per job, all stints
+        self.moved_gb = [0.0] * n
+        self.preempted = [0] * n
+        self.lost_gpu_s = [0.0] * n
+        self.decisions: list[tuple[int, float, str]] = []  # every (job, time, site or "preempt"), in order
         self.used_gpu_s = Counter()
         self.admitted_at = Counter()
         self.split_gangs = 0
@@ -383,10 +391,10 @@ class FleetSim:
         lst.pop(bisect.bisect_left(lst, i))
         moving = [(home, gb) for home, gb in self.data(i) if home != flavor]
         move_s = max((gb / self.site[home].bandwidth_gb_s for home, gb in moving), default=0.0)
+        self.decisions.append((i, t, flavor))
         if moving:
-            self.moved_jobs += 1
-            self.moved_gb += sum(gb for _, gb in moving)
-            self.egress_usd += sum(gb * self.site[home].egress_usd_per_gb for home, gb in moving)
+            self.moved_gb[i] += sum(gb for _, gb in moving)
+            self.egress_usd[i] += sum(gb * self.site[home].egress_usd_per_gb for home, gb in moving)
         boot = self.cfg.boot_s if flavor == BURST else 0.0
         ready = t + boot + move_s
         ends_by = ready + self.est[i]
@@ -428,14 +436,15 @@ class FleetSim:
 
     def preempt(self, i: int, t: float) -> None:
         self.holders[i] = replace(self.holders[i], preempting=True)
-        self.preemptions += 1
+        self.preempted[i] += 1
+        self.decisions.append((i, t, "preempt"))
         heapq.heappush(self.events, (t + self.cfg.grace_s, EXIT, i, self.gen[i]))
 
     def leave(self, i: int, t: float) -> None:
         flavor, _, ready = self._release(i, t)
         ran = max(0.0, t - ready)
         kept = math.floor(ran / self.cfg.checkpoint_s) * self.cfg.checkpoint_s
-        self.lost_gpu_s += (ran - kept) * self.jobs[i].gpus
+        self.lost_gpu_s[i] += (ran - kept) * self.jobs[i].gpus
         self.remaining[i] -= kept
         if kept > 0:
             self.ckpt_site[i] = flavor
@@ -463,13 +472,15 @@ class FleetSim:
         usage = Usage(self.tenancy, {f: capacity_of(c) for f, c in self.capacity.items()}, _held_per_queue(holders))
         states = {f: SiteState(f, self.site[f]) for f in FLAVORS}
         snap = Snapshot(self.tenancy, self.capacity, holders, (), {}, t, sites=states)
+        # one Cycle for all: `_offers` only reads it (no claims, no heads waiting) and its memos
+        # (the holders by flavor, their ends) depend on the holders, not on the usage added here
+        cycle = Cycle(Service(self.tenancy.ordering, self.tenancy.resource_weights, t))
         for i in new:
             w = replace(self.workloads[i], data=())
             fits = next((f for f in ONPREM if usage.fits(w.cluster_queue, f, w.demand)), None)
             if fits is not None:  # starts now there: no estimate is earlier (the cloud boots first)
                 self.chosen[i] = fits
             else:
-                cycle = Cycle(Service(self.tenancy.ordering, self.tenancy.resource_weights, t))
                 offers = _offers(snap, usage, w, list(FLAVORS), cycle)
                 best = min(range(len(offers)), key=lambda k: (offers[k].start_in_s, k))
                 self.chosen[i] = offers[best].flavor
@@ -502,6 +513,10 @@ class FleetSim:
 
     # -- one scheduling cycle --------------------------------------------------------------
     def cycle(self, t: float) -> None:
+        """One scheduling+placement cycle; its CPU time counts the snapshot's history and spend
+        and slurm-M's choice of cluster too (on a shared machine wall time also counts waiting
+        for a core)."""
+        c0 = time.process_time()
         self.cycles += 1
         for q in self.queues:
             self.bring(q, t)
@@ -513,7 +528,6 @@ class FleetSim:
             new = [i for lst in self.pending.values() for i in lst if self.chosen[i] is None]
             if new:
                 self.slurm_choose(t, holders, new)
-        c0 = time.perf_counter()
         for _ in range(MAX_RERUNS):
             k = self.first_k
             while True:
@@ -526,12 +540,12 @@ class FleetSim:
                 if self.policy in FIRST_FIT:
                     self.first_fit(holders, ids)
                 pending = [self.workloads[i] for i in ids]
-                t0 = time.perf_counter()
+                t0 = time.process_time()
                 snap = Snapshot(
                     self.tenancy, self.capacity, holders, tuple(pending), history, t, self.site_states, spend
                 )
                 decision = schedule(snap)
-                self.schedule_s += time.perf_counter() - t0
+                self.schedule_s += time.process_time() - t0
                 self.schedule_calls += 1
                 if cut:
                     per_queue = Counter(self.jobs[int(a.job_id[1:])].desk for a in decision.admit)
@@ -556,13 +570,18 @@ class FleetSim:
             holders = tuple(self.holders.values())
             if self.policy == "sites":
                 spend = self.spends(t)
-        self.cycle_s.append(time.perf_counter() - c0)
+        self.cycle_s.append(time.process_time() - c0)
 
-    def run(self) -> None:
+    def run(self, until: float = math.inf) -> bool:
+        """Replay to the end (True), or stop before the first step at `until` or later
+        (simulated seconds; False); `run` again resumes."""
         jobs, n, events, dt = self.jobs, len(self.jobs), self.events, self.cfg.interval_s
-        ai = 0
+        ai = self.arrived
         tick = 0.0
         while ai < n or events or self.dirty:
+            self.arrived = ai
+            if self.now >= until:
+                return False
             nxt = min(jobs[ai].submit if ai < n else math.inf, events[0][0] if events else math.inf)
             if self.dirty and any(self.pending.values()):
                 tick = math.floor(self.now / dt) * dt + dt if dt > 0 else self.now
@@ -593,6 +612,16 @@ class FleetSim:
             while ai < n and jobs[ai].submit <= t:
                 self.dirty |= self.arrive(ai)
                 ai += 1
+        self.arrived = ai
+        return True
+
+    def progress(self, w0: float, cpu0: float) -> str:
+        pending = sum(len(v) for v in self.pending.values())
+        return (
+            f"    day {self.now / DAY:.2f}: {time.perf_counter() - w0:.0f} s wall, "
+            f"{time.process_time() - cpu0:.0f} s CPU, "
+            f"{self.cycles} cycles, {pending} pending, held {dict(self.held_f)}"
+        )
 
     # -- results ---------------------------------------------------------------------------
     def check(self) -> None:
@@ -601,19 +630,33 @@ class FleetSim:
         assert not self.holders and not any(self.held_f.values())
         assert self.split_gangs == 0
 
+    def digest(self, since: int = 0) -> str:
+        """sha256 of the decisions from the `since`-th on: equal digests, equal replays (an
+        optimisation must not change one)."""
+        return hashlib.sha256(repr(self.decisions[since:]).encode()).hexdigest()
+
+    def measured(self) -> list[int]:
+        """The jobs the metrics are about: those submitted after the warm-up."""
+        return [i for i, j in enumerate(self.jobs) if j.submit >= self.measured_from]
+
     def metrics(self) -> dict:
-        n = len(self.jobs)
         self.check()
-        jct = [(self.finish[i] - self.jobs[i].submit) / HOUR for i in range(n)]
-        wait = [(self.first_start[i] - self.jobs[i].submit) / HOUR for i in range(n)]
-        burst_usd = sum(self.bills)
+        ids = self.measured()
+        n = len(ids)
+        jct = [(self.finish[i] - self.jobs[i].submit) / HOUR for i in ids]
+        wait = [(self.first_start[i] - self.jobs[i].submit) / HOUR for i in ids]
+        burst_usd = sum(self.bills[i] for i in ids)
         per_period = sum(self.spent.values())
-        over = sorted({d for (d, _), usd in self.spent.items() if usd > self.budgets[d] * (1 + 1e-9) + 0.01})
-        worst = max((usd / self.budgets[d] for (d, _), usd in self.spent.items() if self.budgets[d]), default=0.0)
+        first_period = int(self.measured_from // self.period_s)
+        periods = {k: usd for k, usd in self.spent.items() if k[1] >= first_period}
+        over = sorted({d for (d, _), usd in periods.items() if usd > self.budgets[d] * (1 + 1e-9) + 0.01})
+        worst = max((usd / self.budgets[d] for (d, _), usd in periods.items() if self.budgets[d]), default=0.0)
         span = self.last_finish
         cycle_ms = [s * 1000 for s in self.cycle_s]
         return {
             "jobs": n,
+            "warm_up_jobs": len(self.jobs) - n,
+            "decisions_sha256": self.digest(),
             "jct_mean_h": sum(jct) / n,
             "jct_p50_h": percentile(jct, 50),
             "jct_p95_h": percentile(jct, 95),
@@ -621,17 +664,18 @@ class FleetSim:
             "wait_p95_h": percentile(wait, 95),
             "burst_usd": burst_usd,
             "burst_usd_by_period_sum": per_period,
-            "egress_usd": self.egress_usd,
-            "moved_tb": self.moved_gb / 1000,
-            "jobs_moved": self.moved_jobs,
+            "burst_usd_all_jobs": sum(self.bills),
+            "egress_usd": sum(self.egress_usd[i] for i in ids),
+            "moved_tb": sum(self.moved_gb[i] for i in ids) / 1000,
+            "jobs_moved": sum(1 for i in ids if self.moved_gb[i]),
             "admitted_per_site": dict(self.admitted_at),
             "gpu_hours_per_site": {f: s / HOUR for f, s in self.used_gpu_s.items()},
             "desks_over_budget": len(over),
             "over_budget_desks": over,
             "worst_period_spend_over_budget": worst,
             "split_gangs": self.split_gangs,
-            "preemptions": self.preemptions,
-            "lost_gpu_hours": self.lost_gpu_s / HOUR,
+            "preemptions": sum(self.preempted[i] for i in ids),
+            "lost_gpu_hours": sum(self.lost_gpu_s[i] for i in ids) / HOUR,
             "max_pending": self.max_pending,
             "sim": {
                 "simulated_s": span,
@@ -708,8 +752,16 @@ def main() -> None:
     parser.add_argument("--budget-period", default="day", choices=["day", "week", "month"])
     parser.add_argument("--skip-days", type=float, default=0.0, help="of the scaled trace")
     parser.add_argument("--days", type=float, help="replay only D days of the scaled trace")
+    parser.add_argument(
+        "--warm-up-days",
+        type=float,
+        default=0.0,
+        help="also replay the W days before --skip-days first (the fleet then holds the jobs still running "
+        "from them), and measure only the jobs submitted after",
+    )
     parser.add_argument("--first-k", type=int, default=FIRST_K)
     parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--progress-every-days", type=float, default=0.25, help="print progress every D simulated days")
     parser.add_argument("--profile", action="store_true", help="cProfile the first policy, print the top 25")
     parser.add_argument("--out", default="fleet_replay", help="results name (benchmarks/results/NAME.json)")
     parser.add_argument("--combine", help="NAME,NAME: print and write one table from earlier results files")
@@ -731,16 +783,19 @@ def main() -> None:
     )
     t_start = time.perf_counter()
     jobs, desks = fleet_jobs(load_trace(args.trace), cfg)
-    jobs = [j for j in jobs if j.submit >= args.skip_days * DAY]
+    start = max(0.0, args.skip_days - args.warm_up_days) * DAY
+    jobs = [j for j in jobs if j.submit >= start]
     if args.days is not None:
         jobs = [j for j in jobs if j.submit < (args.skip_days + args.days) * DAY]
     t0 = jobs[0].submit
     for j in jobs:
         j.submit -= t0
-    load = offered_load(jobs, cfg)
+    measured_from = max(0.0, args.skip_days * DAY - t0)
+    load = offered_load([j for j in jobs if j.submit >= measured_from], cfg)
     fleet = cfg.east + cfg.west + cfg.burst
+    measured = sum(j.submit >= measured_from for j in jobs)
     print(
-        f"{len(jobs)} jobs, {sum(len(v) for v in desks.values())} desks, fleet {fleet} GPUs "
+        f"{measured} jobs measured after {len(jobs) - measured} warm-up jobs, {args.desks} desks, fleet {fleet} GPUs "
         f"({cfg.east} + {cfg.west} on-prem + {cfg.burst} burst); trace x{cfg.replicas} replicas, "
         f"time /{cfg.compress:g}"
     )
@@ -753,8 +808,8 @@ def main() -> None:
     results = {}
     for n, name in enumerate(args.policies.split(",")):
         print(f"replaying under {name} ...", flush=True)
-        sim = make_sim([replace(j) for j in jobs], desks, cfg, name, first_k=args.first_k)
-        w0 = time.perf_counter()
+        sim = make_sim([replace(j) for j in jobs], desks, cfg, name, first_k=args.first_k, measured_from=measured_from)
+        w0, cpu0 = time.perf_counter(), time.process_time()
         if args.profile and n == 0:
             import cProfile
             import pstats
@@ -764,15 +819,19 @@ def main() -> None:
             pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
             pstats.Stats(prof).sort_stats("tottime").print_stats(20)
         else:
-            sim.run()
-        wall = time.perf_counter() - w0
+            while not sim.run(until=sim.now + args.progress_every_days * DAY):
+                print(sim.progress(w0, cpu0), flush=True)
+        wall, cpu = time.perf_counter() - w0, time.process_time() - cpu0
         results[name] = sim.metrics()
         s = results[name]["sim"]
-        s["wall_s"] = wall
+        s["wall_s"], s["cpu_s"] = wall, cpu
         s["sim_over_wall"] = s["simulated_s"] / wall
+        s["sim_over_cpu"] = s["simulated_s"] / cpu
         print(
-            f"  {wall:.0f} s wall, {s['simulated_s'] / DAY:.1f} simulated days ({s['sim_over_wall']:,.0f}x); "
-            f"{s['scheduling_cycles']} cycles, p50 {s['cycle_ms_p50']:.1f} ms, p95 {s['cycle_ms_p95']:.1f} ms",
+            f"  {wall:.0f} s wall, {cpu:.0f} s CPU, {s['simulated_s'] / DAY:.1f} simulated days "
+            f"({s['sim_over_wall']:,.0f}x wall, {s['sim_over_cpu']:,.0f}x CPU); "
+            f"{s['scheduling_cycles']} cycles, p50 {s['cycle_ms_p50']:.1f} ms, p95 {s['cycle_ms_p95']:.1f} ms; "
+            f"decisions {results[name]['decisions_sha256'][:16]}",
             flush=True,
         )
     report(results)
@@ -787,7 +846,12 @@ def main() -> None:
             "fleet": {"dc-east": cfg.east, "dc-west": cfg.west, "burst": cfg.burst, "desks": args.desks},
             "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
             "load": load,
-            "options": {"skip_days": args.skip_days, "days": args.days, "first_k": args.first_k},
+            "options": {
+                "skip_days": args.skip_days,
+                "days": args.days,
+                "warm_up_days": args.warm_up_days,
+                "first_k": args.first_k,
+            },
             "scheduling_source_sha256": scheduling_digest(),
             "results": results,
             "ratios": ratios(results),
@@ -820,6 +884,8 @@ def report(results: dict) -> None:
             ["wall (s)", *(results[n]["sim"]["wall_s"] for n in names)],
             ["simulated days", *(results[n]["sim"]["simulated_s"] / DAY for n in names)],
             ["simulated / wall", *(results[n]["sim"]["sim_over_wall"] for n in names)],
+            ["CPU (s)", *(results[n]["sim"].get("cpu_s", math.nan) for n in names)],
+            ["simulated / CPU", *(results[n]["sim"].get("sim_over_cpu", math.nan) for n in names)],
             ["cycles", *(results[n]["sim"]["scheduling_cycles"] for n in names)],
             ["cycle p50 (ms)", *(results[n]["sim"]["cycle_ms_p50"] for n in names)],
             ["cycle p95 (ms)", *(results[n]["sim"]["cycle_ms_p95"] for n in names)],

@@ -70,3 +70,30 @@ def test_the_trace_is_split_into_desks_deterministically():
     assert len(a) == 80 and a[0].submit == 0.0
     assert {j.desk for j in a} <= {d for ds in desks.values() for d in ds}
     assert max(j.submit for j in a) == pytest.approx((max(t.submit for t in trace) + 12 * HOUR) / 2)
+
+
+def test_a_replay_stopped_and_resumed_decides_the_same(fleet):
+    """`run(until)` then `run()` (how progress is printed, and how a saved contended state is
+    replayed) makes exactly the decisions of one `run()`."""
+    cfg, jobs, desks = fleet
+    whole = fr.make_sim([fr.replace(j) for j in jobs], desks, cfg, "sites")
+    assert whole.run() is True
+    parts = fr.make_sim([fr.replace(j) for j in jobs], desks, cfg, "sites")
+    steps = 0
+    while not parts.run(until=parts.now + 2 * HOUR):
+        steps += 1
+    assert steps > 3
+    assert parts.digest() == whole.digest() and len(parts.decisions) == len(whole.decisions)
+
+
+def test_a_warm_up_is_replayed_but_not_measured(fleet):
+    cfg, jobs, desks = fleet
+    cut = jobs[len(jobs) // 2].submit
+    sim = fr.make_sim([fr.replace(j) for j in jobs], desks, cfg, "skypilot", measured_from=cut)
+    sim.run()
+    m = sim.metrics()
+    measured = [i for i, j in enumerate(jobs) if j.submit >= cut]
+    assert m["jobs"] == len(measured) and m["warm_up_jobs"] == len(jobs) - len(measured)
+    assert m["burst_usd"] == pytest.approx(sum(sim.bills[i] for i in measured))
+    assert m["moved_tb"] == pytest.approx(sum(sim.moved_gb[i] for i in measured) / 1000)
+    assert m["burst_usd_all_jobs"] == pytest.approx(sum(sim.bills))

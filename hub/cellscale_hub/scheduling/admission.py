@@ -22,7 +22,10 @@ Rules, in order:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import heapq
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -364,6 +367,9 @@ class Cycle:
     spent: dict[str, float] = field(default_factory=dict)  # tenant -> cloud dollars admitted in this cycle
     waiting_for: dict[str, list[int]] = field(default_factory=dict)  # flavor -> demand of the heads waiting there
     on_flavor: dict[str, list[Holder]] | None = None  # memo: the holders of each flavor
+    on_queue: dict[str, dict[str, list[Holder]]] = field(default_factory=dict)  # memo: flavor -> queue -> holders
+    freeing: dict[tuple, tuple[list[float], list[int]]] = field(default_factory=dict)  # memo: see ends_in_the_way
+    holding: dict[tuple[str, int], dict[str, list[Holder]]] = field(default_factory=dict)  # memo: see holding_on
 
     def holders_on(self, snap: Snapshot, flavor: str) -> list[Holder]:
         if self.on_flavor is None:
@@ -371,6 +377,62 @@ class Cycle:
             for h in snap.holders:
                 self.on_flavor[h.flavor].append(h)
         return self.on_flavor.get(flavor, [])
+
+    def holding_on(self, snap: Snapshot, flavor: str, i: int) -> dict[str, list[Holder]]:
+        """Each queue's holders on `flavor` that hold some of resource `i`, largest first."""
+        key = flavor, i
+        if key not in self.holding:
+            by_queue: dict[str, list[Holder]] = {}
+            for q, held in self.holders_by_queue(snap, flavor).items():
+                mine = sorted((h for h in held if h.demand[i]), key=lambda h: (-h.demand[i], h.job_id))
+                if mine:
+                    by_queue[q] = mine
+            self.holding[key] = by_queue
+        return self.holding[key]
+
+    def in_the_way(
+        self, snap: Snapshot, usage: Usage, cq: str, flavor: str, code: PendingCode, i: int
+    ) -> dict[str, list[Holder]]:
+        """Whose end would help a job of `cq` short of resource `i` on `flavor` (`code` says
+        why), by queue, largest first: its own queue's jobs when its quota is the limit;
+        otherwise the jobs of its tree (of the whole flavor when the backend is full); only
+        jobs that hold some of the resource."""
+        holding = self.holding_on(snap, flavor, i)
+        if code is PendingCode.QuotaExhausted:
+            return {cq: holding[cq]} if cq in holding else {}
+        if code is PendingCode.CapacityFull:
+            return holding
+        return {q: held for q, held in holding.items() if usage.root.get(q) == usage.root[cq]}
+
+    def holders_by_queue(self, snap: Snapshot, flavor: str) -> dict[str, list[Holder]]:
+        if flavor not in self.on_queue:
+            by_queue = self.on_queue[flavor] = defaultdict(list)
+            for h in self.holders_on(snap, flavor):
+                by_queue[h.cluster_queue].append(h)
+        return self.on_queue[flavor]
+
+    def ends_in_the_way(
+        self, snap: Snapshot, usage: Usage, cq: str, flavor: str, code: PendingCode, i: int
+    ) -> tuple[list[float], list[int]]:
+        """The ends of the holders whose end would help a job of `cq` short of resource `i` on
+        `flavor` (`in_the_way`), in order (unknown ends last, as inf), and the running sum of what
+        they free. The same for every job of the scope (its queue, its tree or the whole flavor,
+        by `code`) in one cycle, since the holders do not change within it: built once."""
+        scope = (
+            cq if code is PendingCode.QuotaExhausted else None if code is PendingCode.CapacityFull else usage.root[cq]
+        )
+        key = (flavor, i, code is PendingCode.QuotaExhausted, scope)
+        if key not in self.freeing:
+            found = [h for held in self.in_the_way(snap, usage, cq, flavor, code, i).values() for h in held]
+            found.sort(key=_end)
+            ends = [_end(h) for h in found]
+            freed = [0] * len(found)
+            total = 0
+            for n, h in enumerate(found):
+                total += h.demand[i]
+                freed[n] = total
+            self.freeing[key] = ends, freed
+        return self.freeing[key]
 
     def never_fits(self, snap: Snapshot, job: Workload, flavors: list[str]) -> Ceiling | None:
         """The never-fits rule (scheduling.ceiling) against the flavors' capacity now,
@@ -746,8 +808,7 @@ def _blocked_for(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle
     else:
         resource, available, code = short
     i = RESOURCES.index(resource)
-    holders = _holders_in_the_way(snap, usage, job, flavor, code, i, cycle)
-    until = _estimate(snap, holders, job.demand[i] + ahead[i] - available, i)
+    until = _estimate(snap, usage, job, flavor, code, i, cycle, job.demand[i] + ahead[i] - available)
     return None if until is None else until - snap.now
 
 
@@ -800,27 +861,32 @@ def _promise(cycle: Cycle, job: Workload, victims: list[Holder]) -> None:
 
 
 def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle: Cycle) -> list[Holder]:
+    """The holders on `flavor` that `job` may preempt, in no particular order (the caller
+    sorts them by `_loss`). A queue's conditions are checked once per queue, not per holder."""
     cq = job.cluster_queue
     within_nominal = not usage.borrows(cq, flavor, job.demand)
     level = cycle.service.of_job(job)
+    for_service = cycle.service.ordering.preempt_for_service  # else `victim_for` is False for every holder
     out = []
-    for h in cycle.holders_on(snap, flavor):
-        if h.preempting or h.job_id in cycle.taken:
-            continue
-        if h.cluster_queue == cq:
-            if h.priority < job.priority:
-                out.append(h)  # priority preemption within the queue
-            elif h.priority == job.priority and cycle.service.victim_for(h, level):
-                out.append(h)  # it received more service and just checkpointed: least service first
-        elif (
-            usage.has(h.cluster_queue, flavor)
-            and usage.root[h.cluster_queue] == usage.root[cq]
-            and usage.borrowing(h.cluster_queue, flavor)
+    for q, held in cycle.holders_by_queue(snap, flavor).items():
+        if q == cq:
+            for h in held:
+                if h.preempting or h.job_id in cycle.taken:
+                    continue
+                if h.priority < job.priority:
+                    out.append(h)  # priority preemption within the queue
+                elif for_service and h.priority == job.priority and cycle.service.victim_for(h, level):
+                    out.append(h)  # it received more service and just checkpointed: least service first
+        elif (within_nominal or for_service) and (
+            usage.has(q, flavor) and usage.root[q] == usage.root[cq] and usage.borrowing(q, flavor)
         ):
-            if within_nominal:
-                out.append(h)  # reclaim what was lent
-            elif h.priority <= job.priority and cycle.service.victim_for(h, level):
-                out.append(h)  # a loan to work of a higher level goes to less-served work (Kueue: borrowWithinCohort)
+            for h in held:
+                if h.preempting or h.job_id in cycle.taken:
+                    continue
+                if within_nominal:
+                    out.append(h)  # reclaim what was lent
+                elif h.priority <= job.priority and cycle.service.victim_for(h, level):
+                    out.append(h)  # a loan to work of a higher level goes to less-served work (borrowWithinCohort)
     return out
 
 
@@ -970,7 +1036,7 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
     resource, available, code = shortages[flavor]
     i = RESOURCES.index(resource)
     needs = job.demand[i]
-    holders = _holders_in_the_way(snap, usage, job, flavor, code, i, cycle)
+    holders = _first_in_the_way(snap, usage, job, flavor, code, i, cycle)
     details = _blocked_words(usage, job, flavor, resource, available, code)
     ahead = tuple(ahead_of(h, _why(usage, h, cq, i), i) for h in holders[:MAX_AHEAD])
     if ahead:
@@ -984,7 +1050,7 @@ def _blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
         needs,
         available,
         ahead,
-        _estimate(snap, holders, needs - available, i),
+        _estimate(snap, usage, job, flavor, code, i, cycle, needs - available),
         resource,
     )
 
@@ -1059,25 +1125,16 @@ def _held(h: Holder, i: int) -> str:
     return _plural(h.gpus, "GPU") if i == 0 else amount_words(RESOURCES[i], h.demand[i])
 
 
-def _holders_in_the_way(
+def _first_in_the_way(
     snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: PendingCode, i: int, cycle: Cycle
 ) -> list[Holder]:
-    """Whose end would help: its own queue's jobs when its quota is the limit; otherwise the
-    jobs of its tree (of the whole flavor when the backend is full), borrowers first; only
-    jobs that hold some of the resource it waits for."""
-    cq = job.cluster_queue
-
-    def helps(h: Holder) -> bool:
-        if not h.demand[i]:
-            return False
-        if code is PendingCode.QuotaExhausted:
-            return h.cluster_queue == cq
-        return code is PendingCode.CapacityFull or usage.root.get(h.cluster_queue) == usage.root[cq]
-
-    found = [h for h in cycle.holders_on(snap, flavor) if helps(h)]
-    borrowed = {q: usage.borrowed(q, flavor, i) for q in {h.cluster_queue for h in found}}
-    found.sort(key=lambda h: (-borrowed[h.cluster_queue], -h.demand[i], h.job_id))
-    return found
+    """The MAX_AHEAD holders a waiting job's reason names (`Cycle.in_the_way`): the most
+    borrowing queues' first, then the largest. Each queue's list is sorted already, so only
+    its first MAX_AHEAD can be among them (a flavor may have thousands of holders)."""
+    queues = cycle.in_the_way(snap, usage, job.cluster_queue, flavor, code, i)
+    borrowed = {q: usage.borrowed(q, flavor, i) for q in queues}
+    firsts = [h for held in queues.values() for h in held[:MAX_AHEAD]]
+    return heapq.nsmallest(MAX_AHEAD, firsts, key=lambda h: (-borrowed[h.cluster_queue], -h.demand[i], h.job_id))
 
 
 def _why(usage: Usage, h: Holder, cq: str, i: int = 0) -> str:
@@ -1087,19 +1144,22 @@ def _why(usage: Usage, h: Holder, cq: str, i: int = 0) -> str:
     return "same queue" if h.cluster_queue == cq else "within its quota"
 
 
-def _estimate(snap: Snapshot, holders: list[Holder], shortfall: int, i: int = 0) -> float | None:
-    """When enough of what is in the way is free if each holder runs to its time limit;
-    None if one that must end first has no limit we know."""
+def _end(h: Holder) -> float:
+    return math.inf if h.ends_by is None else h.ends_by
+
+
+def _estimate(
+    snap: Snapshot, usage: Usage, job: Workload, flavor: str, code: PendingCode, i: int, cycle: Cycle, shortfall: int
+) -> float | None:
+    """When `shortfall` of resource `i` is free on `flavor` if each holder in the way runs to
+    its time limit; None if one that must end first has no limit we know."""
     if shortfall <= 0:
         return snap.now
-    freed = 0
-    for h in sorted(holders, key=lambda h: h.ends_by or float("inf")):
-        if h.ends_by is None:
-            return None
-        freed += h.demand[i]
-        if freed >= shortfall:
-            return max(snap.now, h.ends_by)
-    return None
+    ends, freed = cycle.ends_in_the_way(snap, usage, job.cluster_queue, flavor, code, i)
+    k = bisect.bisect_left(freed, shortfall)
+    if k == len(freed) or ends[k] == math.inf:
+        return None
+    return max(snap.now, ends[k])
 
 
 def _queued(head_reason: PendingReason, head: Workload, job: Workload, position: int) -> PendingReason:
