@@ -895,15 +895,23 @@ def report(results: dict) -> None:
 
 
 def combine(names: list[str], out: str) -> None:
-    """One table from results files of runs of the same replay (e.g. policies run in parallel)."""
+    """One table from results files of runs of the same replay (e.g. policies run in parallel).
+    Runs of different scheduling code (one policy rerun after a change the others do not go
+    through) are combined with each run's code digest, and said so."""
     runs = [json.loads((RESULTS / f"{n}.json").read_text()) for n in names]
     first = runs[0]
     for run in runs[1:]:
-        for key in ("jobs", "fleet", "config", "load", "options", "scheduling_source_sha256"):
+        for key in ("jobs", "fleet", "config", "load", "options"):
             assert run[key] == first[key], f"{key} differs between the runs"
     results = {name: r for run in runs for name, r in run["results"].items()}
     report(results)
-    data = {k: first[k] for k in ("trace", "jobs", "fleet", "config", "load", "options", "scheduling_source_sha256")}
+    data = {k: first[k] for k in ("trace", "jobs", "fleet", "config", "load", "options")}
+    code = {n: run["scheduling_source_sha256"] for n, run in zip(names, runs, strict=True)}
+    if all(c == code[names[0]] for c in code.values()):
+        data["scheduling_source_sha256"] = code[names[0]]
+    else:
+        print("the runs measured different scheduling code: scheduling_source_sha256 is per run")
+        data["scheduling_source_sha256"] = code
     write_results(
         out,
         first["quick"],
