@@ -48,9 +48,9 @@ Admitted at a site away from a dataset or checkpoint: the job holds its GPUs whi
 moves (the largest item / the source's bandwidth; bytes counted, egress paid), then runs; on
 the cloud it also holds them through the boot. A preempted job leaves after 30 s and keeps
 the work up to its last checkpoint. Only the first K jobs of each queue go to `schedule()`,
-as in trace_replay. Cloud spend is charged by the second to the periods it falls in; the
-snapshot's `Spend` is the period's bill so far plus the expected rest of the running cloud
-jobs (estimate + tail).
+as in trace_replay, with the GPUs of the rest of each queue (`Snapshot.unlisted`). Cloud
+spend is charged by the second to the periods it falls in; the snapshot's `Spend` is the
+period's bill so far plus the expected rest of the running cloud jobs (estimate + tail).
 
 Policies (all through `schedule()` on the same tenancy; only the flavors a job may use differ):
 - sites: cellscale, `Snapshot.sites` and `spend` given: one offer per site, `sites.choose`.
@@ -112,7 +112,7 @@ from cellscale_hub.scheduling.admission import (
     schedule,
 )
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
-from cellscale_hub.scheduling.resources import capacity_of
+from cellscale_hub.scheduling.resources import Amounts, capacity_of
 from cellscale_hub.scheduling.service import Service
 from cellscale_hub.scheduling.sites import SiteState, Spend
 from cellscale_hub.tenancy import Budget, Ordering, Tenancy
@@ -531,18 +531,19 @@ class FleetSim:
         for _ in range(MAX_RERUNS):
             k = self.first_k
             while True:
-                ids, cut = [], []
+                ids, cut, unlisted = [], [], {}
                 for q, lst in self.pending.items():
                     if lst:
                         ids.extend(lst[:k])
                         if len(lst) > k:
                             cut.append(q)
+                            unlisted[q] = Amounts(sum(self.jobs[i].gpus for i in lst[k:]))
                 if self.policy in FIRST_FIT:
                     self.first_fit(holders, ids)
                 pending = [self.workloads[i] for i in ids]
                 t0 = time.process_time()
                 snap = Snapshot(
-                    self.tenancy, self.capacity, holders, tuple(pending), history, t, self.site_states, spend
+                    self.tenancy, self.capacity, holders, tuple(pending), history, t, self.site_states, spend, unlisted
                 )
                 decision = schedule(snap)
                 self.schedule_s += time.process_time() - t0
@@ -894,15 +895,23 @@ def report(results: dict) -> None:
 
 
 def combine(names: list[str], out: str) -> None:
-    """One table from results files of runs of the same replay (e.g. policies run in parallel)."""
+    """One table from results files of runs of the same replay (e.g. policies run in parallel).
+    Runs of different scheduling code (one policy rerun after a change the others do not go
+    through) are combined with each run's code digest, and said so."""
     runs = [json.loads((RESULTS / f"{n}.json").read_text()) for n in names]
     first = runs[0]
     for run in runs[1:]:
-        for key in ("jobs", "fleet", "config", "load", "options", "scheduling_source_sha256"):
+        for key in ("jobs", "fleet", "config", "load", "options"):
             assert run[key] == first[key], f"{key} differs between the runs"
     results = {name: r for run in runs for name, r in run["results"].items()}
     report(results)
-    data = {k: first[k] for k in ("trace", "jobs", "fleet", "config", "load", "options", "scheduling_source_sha256")}
+    data = {k: first[k] for k in ("trace", "jobs", "fleet", "config", "load", "options")}
+    code = {n: run["scheduling_source_sha256"] for n, run in zip(names, runs, strict=True)}
+    if all(c == code[names[0]] for c in code.values()):
+        data["scheduling_source_sha256"] = code[names[0]]
+    else:
+        print("the runs measured different scheduling code: scheduling_source_sha256 is per run")
+        data["scheduling_source_sha256"] = code
     write_results(
         out,
         first["quick"],

@@ -47,7 +47,8 @@ def save(args) -> None:
 def replay_slice(args) -> None:
     sim = pickle.loads(args.state.read_bytes())
     n0, c0 = len(sim.decisions), len(sim.cycle_s)
-    until = sim.now + args.hours * HOUR
+    start, until = sim.now, sim.now + args.hours * HOUR
+    waiting0 = sim.max_pending = sum(len(v) for v in sim.pending.values())
     cpu0 = time.process_time()
     if args.profile:
         prof = cProfile.Profile()
@@ -61,8 +62,25 @@ def replay_slice(args) -> None:
         f"{len(ms)} cycles, CPU per cycle mean {sum(ms) / max(len(ms), 1):.1f} ms, p50 {percentile(ms, 50):.1f}, "
         f"p95 {percentile(ms, 95):.1f}; {len(sim.decisions) - n0} decisions, digest {sim.digest(n0)}"
     )
+    print(slice_jobs(sim, start, until, waiting0))
     if args.profile:
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+
+
+def slice_jobs(sim, start: float, until: float, waiting0: int) -> str:
+    """What the slice did to the waiting: how many waited at its start, at most and at its end;
+    of the jobs submitted in it, the mean wait for a first start (those still waiting: until the
+    end, a lower bound) and the mean JCT of those that finished in it."""
+    ids = [i for i, j in enumerate(sim.jobs) if start <= j.submit < until]
+    waits = [((sim.first_start[i] if sim.first_start[i] is not None else until) - sim.jobs[i].submit) for i in ids]
+    done = [sim.finish[i] - sim.jobs[i].submit for i in ids if sim.finish[i] is not None]
+    unstarted = sum(1 for i in ids if sim.first_start[i] is None)
+    waiting = sum(len(v) for v in sim.pending.values())
+    return (
+        f"waiting: {waiting0} at the start, at most {sim.max_pending}, {waiting} at the end; {len(ids)} jobs "
+        f"submitted in the slice: mean wait {sum(waits) / max(len(waits), 1) / HOUR:.3f} h ({unstarted} not "
+        f"started), {len(done)} finished, their JCT mean {sum(done) / max(len(done), 1) / HOUR:.3f} h"
+    )
 
 
 def main() -> None:

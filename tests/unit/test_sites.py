@@ -6,6 +6,7 @@ import pytest
 
 from cellscale.vocabulary import PendingCode
 from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
+from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.scheduling.sites import SiteState, Spend, choose, duration_words, offer
 from cellscale_hub.tenancy import Budget, Tenancy
 
@@ -196,3 +197,28 @@ def test_a_wait_counts_the_jobs_already_waiting_for_the_same_site():
     waits = [j for j in ("ja", "jb") if j in decision.pending]
     assert len(waits) == 1 and decision.pending[waits[0]].message.startswith("waits for dca")
     assert [a.flavor for a in decision.admit] == ["burst"]
+
+
+@pytest.mark.parametrize(
+    ("behind", "unlisted", "minutes"),
+    [
+        # dca frees 1 GPU a minute; desk-a's head (1 GPU) waits there first, then desk-b's
+        (0, 0, 2),  # the head ahead, then this job: the 2nd end
+        (10, 0, 12),  # and the 10 jobs queued behind that head
+        (0, 20, 22),  # and 20 GPUs of its queue left out of `pending`
+        (5, 10, 17),  # both
+    ],
+)
+def test_a_wait_counts_the_whole_queue_ahead_not_its_head_only(behind, unlisted, minutes):
+    """A site whose 32 holders end one a minute: a head that waits there behind another queue
+    starts after the GPUs of that whole queue have freed, not at the first ends."""
+    holders = tuple(holder(f"b{m}", "dca", 1, m / 60) for m in range(1, 33)) + (holder("d", "dcb", 16, 6.0),)
+    at = ("dca", "dcb")
+    queue_a = [Workload(f"a{n}", "desk-a", 1, submitted=n, flavors=at, tenant="desk-a") for n in range(behind + 1)]
+    jb = Workload("jb", "desk-b", 1, submitted=0.5, flavors=at, tenant="desk-b")
+    unlisted_gpus = {"desk-a": Amounts(unlisted)} if unlisted else {}
+    snap = Snapshot(TENANCY, CAPACITY, holders, (*queue_a, jb), now=0.0, sites=SITES, unlisted=unlisted_gpus)
+    reason = schedule(snap).pending["jb"]
+    assert reason.message.startswith("waits for dca")
+    dca = next(o for o in reason.offers if o.flavor == "dca")
+    assert dca.start_in_s == pytest.approx(minutes * 60)

@@ -102,6 +102,9 @@ class Snapshot:
     now: float = 0.0
     sites: Mapping[str, SiteState] = field(default_factory=dict)  # flavor -> its site, for flavors that have one
     spend: Mapping[str, Spend] = field(default_factory=dict)  # tenant -> cloud spend against its budget
+    # cluster queue -> the demand of its waiting jobs left out of `pending` (a caller that passes
+    # only the first jobs of each queue): a head's wait for a site counts the queues ahead of it
+    unlisted: Mapping[str, Amounts] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -365,7 +368,7 @@ class Cycle:
     ceilings: dict[tuple[str, str], tuple[Ceiling, ...]] = field(default_factory=dict)  # memo: (queue, flavor)
     verdicts: dict[tuple, Ceiling | None] = field(default_factory=dict)  # memo: (queue, flavors, demand)
     spent: dict[str, float] = field(default_factory=dict)  # tenant -> cloud dollars admitted in this cycle
-    waiting_for: dict[str, list[int]] = field(default_factory=dict)  # flavor -> demand of the heads waiting there
+    waiting_for: dict[str, list[int]] = field(default_factory=dict)  # flavor -> demand of the queues waiting there
     on_flavor: dict[str, list[Holder]] | None = None  # memo: the holders of each flavor
     on_queue: dict[str, dict[str, list[Holder]]] = field(default_factory=dict)  # memo: flavor -> queue -> holders
     freeing: dict[tuple, tuple[list[float], list[int]]] = field(default_factory=dict)  # memo: see ends_in_the_way
@@ -596,9 +599,9 @@ def schedule(snap: Snapshot) -> Decision:
             next_of(cq)
             continue
         line.waiting.append(job)
-        for f in usable[:1]:  # jobs that wait there later queue behind it (their estimates count it)
+        for f in usable[:1]:  # heads that wait there later queue behind it and its queue
             acc = cycle.waiting_for.setdefault(f, [0, 0, 0])
-            for i, amount in enumerate(job.demand):
+            for i, amount in enumerate(queued_from(line.jobs, line.at, snap.unlisted.get(cq))):
                 acc[i] += amount
         for victim in _make_room(snap, usage, job, usable, cycle) if usable else ():
             decision.preempt.append(Preemption(victim.job_id, job.job_id, _victim_reason(usage, victim, job, service)))
@@ -625,6 +628,18 @@ def schedule(snap: Snapshot) -> Decision:
             continue
         next_of(cq)
     return decision
+
+
+def queued_from(jobs: list[Workload], at: int, unlisted: Amounts | None = None) -> Amounts:
+    """The demand of a queue's head (`jobs[at]`) and of every job waiting behind it, listed
+    or not: what a head of another queue that waits for the same place waits behind. The
+    whole queue, not the head alone: a head that counted only the heads before it would see
+    its site a few ends away however many thousands queue there, so waiting would always look
+    cheaper than moving."""
+    total = unlisted or Amounts()
+    for job in jobs[at:]:
+        total = total.plus(job.demand)
+    return total
 
 
 def _wait_behind(
@@ -797,7 +812,7 @@ def _spend(snap: Snapshot, cycle: Cycle, tenant: str) -> Spend | None:
 
 def _blocked_for(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle: Cycle) -> float | None:
     """Seconds until the jobs in the way on `flavor` have ended (at their time limits), enough
-    for this job and for the heads already waiting there ahead of it."""
+    for this job and for the queues already waiting there ahead of it (`queued_from`)."""
     short = usage.short(job.cluster_queue, flavor, job.demand)
     ahead = cycle.waiting_for.get(flavor, (0, 0, 0))
     if short is None:
