@@ -599,8 +599,8 @@ def schedule(snap: Snapshot) -> Decision:
             next_of(cq)
             continue
         line.waiting.append(job)
-        for f in usable[:1]:  # heads that wait there later queue behind it and its queue
-            acc = cycle.waiting_for.setdefault(f, [0, 0, 0])
+        if usable and usable[0] in snap.sites:  # heads that wait for this site later queue behind its queue
+            acc = cycle.waiting_for.setdefault(usable[0], [0, 0, 0])
             for i, amount in enumerate(queued_from(line.jobs, line.at, snap.unlisted.get(cq))):
                 acc[i] += amount
         for victim in _make_room(snap, usage, job, usable, cycle) if usable else ():
