@@ -129,8 +129,7 @@ class Client:
 
     def holds_token(self, value: str) -> bool:
         """Whether `value` contains this client's token (a dry run never shows it)."""
-        token = self._http.headers.get("Authorization", "").removeprefix("token ")
-        return bool(token) and token in value
+        return bool(self._token) and self._token in value
 
     # -- plumbing --------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, retries: int = 0, **kwargs) -> httpx.Response:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from cellscale import cli
-from cellscale.client import ApiError
+from cellscale.client import ApiError, Client
 from cellscale.spec import JobLimits, JobPage, JobSpec, JobView, Phase, RenderView
 
 
@@ -151,3 +151,11 @@ def test_a_submitted_file_is_named_after_it_and_list_shows_titles(tmp_path, clie
 def test_an_empty_list_says_so_on_stderr(client, capsys):
     assert run(capsys, "list") == (0, "", "no jobs yet; submit one: cellscale submit train.py\n")
     assert run(capsys, "list", "--phase", "RUNNING") == (0, "", "no running jobs\n")
+
+
+def test_a_client_knows_its_own_token_in_a_value_and_nothing_else():
+    real = Client("http://127.0.0.1:1", "s3cr3t-token")
+    try:
+        assert real.holds_token("Bearer s3cr3t-token") and not real.holds_token("another value")
+    finally:
+        real.close()

@@ -471,7 +471,7 @@ class KubernetesDriver(Driver):
         self.watch_namespace(ns)
         self.validate_for(ref.spec, ref.tenant, ref.queue or "default")
         hand_to_owner(ref.owner, ref.job_dir)
-        kind = RAYJOB if ref.spec.launcher is Launcher.ray else JOBSET
+        kind = _kind(ref.spec)
         try:
             created = self._run(self._request("POST", self._path(kind, ns), body=manifest))
         except ApiException as exc:
@@ -495,7 +495,7 @@ class KubernetesDriver(Driver):
 
     def _observe(self, ref: AttemptRef) -> Observation:
         ns, name = ref.backend_ref.split("/", 1)
-        kind = RAYJOB if ref.spec.launcher is Launcher.ray else JOBSET
+        kind = _kind(ref.spec)
         self.watch_namespace(ns)
         stream, workloads = self.stream(kind, ns), self.stream(WORKLOAD, ns)
         unknown = _unknown(stream, self.stale_after_s) or _unknown(workloads, self.stale_after_s)
@@ -563,7 +563,7 @@ class KubernetesDriver(Driver):
         if not ref.backend_ref:
             return
         ns, name = ref.backend_ref.split("/", 1)
-        kind = RAYJOB if ref.spec.launcher is Launcher.ray else JOBSET
+        kind = _kind(ref.spec)
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}
         try:
             self._run(self._request("DELETE", self._path(kind, ns, name), body=body))
@@ -589,6 +589,11 @@ class KubernetesDriver(Driver):
                     self.watch_namespace(namespace(tenant, self.namespace_prefix))
                 except NotAKubernetesName:
                     log.warning("desk %r cannot be a Kubernetes namespace: it cannot use backend %s", tenant, self.name)
+
+
+def _kind(spec: JobSpec) -> Kind:
+    """What one attempt is: a RayJob for a Ray cell, else a JobSet."""
+    return RAYJOB if spec.launcher is Launcher.ray else JOBSET
 
 
 def _typed(obj: dict, kind: Kind) -> dict:
