@@ -176,7 +176,7 @@ def populate(db_url: str, size: int, shape: str) -> dict:
     from cellscale.vocabulary import AttemptState, EventKind, EventReason, Fault, Phase
     from cellscale_hub.auth import ALL_SCOPES, Principal
     from cellscale_hub.drivers.local import LocalDriver
-    from cellscale_hub.placement import place
+    from cellscale_hub.routing import place
     from cellscale_hub.store import Store
     from cellscale_hub.store.models import Attempt, Base, Event, Job
     from cellscale_hub.tenancy import Tenancy
@@ -510,7 +510,7 @@ def serve(db_url: str, data_dir: Path, info_file: Path, sql_stats: bool) -> None
     from cellscale_hub.api.context import Context, Settings
     from cellscale_hub.auth import ALL_SCOPES, Identity, Principal, Unauthenticated
     from cellscale_hub.bundles import BundleStore
-    from cellscale_hub.controller import Controller
+    from cellscale_hub.control.controller import Controller
     from cellscale_hub.drivers.local import LocalDriver
     from cellscale_hub.store import Store
     from cellscale_hub.store.tenancy_book import TenancyBook

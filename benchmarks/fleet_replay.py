@@ -114,7 +114,7 @@ from cellscale_hub.scheduling.admission import (
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.scheduling.resources import Amounts, capacity_of
 from cellscale_hub.scheduling.service import Service
-from cellscale_hub.scheduling.sites import SiteState, Spend
+from cellscale_hub.scheduling.placement import SiteState, Spend
 from cellscale_hub.tenancy import Budget, Ordering, Tenancy
 
 HOUR, DAY = 3600.0, 86400.0

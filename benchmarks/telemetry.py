@@ -125,7 +125,7 @@ def populate(store, tenancy, drivers, jobs_root: Path, desks: int, running: int,
     from sqlalchemy import insert
 
     from cellscale_hub.auth import ALL_SCOPES, Principal
-    from cellscale_hub.placement import place
+    from cellscale_hub.routing import place
     from cellscale_hub.store.models import Attempt, Job, QueueTotal
 
     t0 = time.perf_counter()
@@ -428,10 +428,10 @@ def main() -> None:
     from cellscale_hub.api.context import Context
     from cellscale_hub.auth import ALL_SCOPES, Identity, Principal, Unauthenticated
     from cellscale_hub.bundles import BundleStore
-    from cellscale_hub.controller import Controller
+    from cellscale_hub.control.controller import Controller
     from cellscale_hub.store import Store
     from cellscale_hub.store.tenancy_book import TenancyBook
-    from cellscale_hub.telemetry.metrics import Metrics, State
+    from cellscale_hub.metrics import Metrics, State
 
     class AdminIdentity(Identity):
         def principal(self, token: str) -> Principal:

@@ -18,7 +18,7 @@ load_subconfig(str(here / "jupyterhub_config.py"))  # noqa: F821
 
 c = get_config()  # noqa: F821
 profiles = Path(os.environ.get("CELLSCALE_KUBE_PROFILES", here / "kubernetes" / "profiles.yaml"))
-c.JupyterHub.spawner_class = "cellscale_hub.kube.spawner.DeskKubeSpawner"
+c.JupyterHub.spawner_class = "cellscale_hub.drivers.kubernetes.spawner.DeskKubeSpawner"
 c.DeskKubeSpawner.desk_profiles = yaml.safe_load(profiles.read_text())
 c.DeskKubeSpawner.namespace_prefix = os.environ.get("CELLSCALE_KUBE_NAMESPACE_PREFIX", "")
 c.DeskKubeSpawner.cmd = ["jupyterhub-singleuser"]  # the image's, not this machine's Python

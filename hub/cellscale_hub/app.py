@@ -29,11 +29,11 @@ from cellscale_hub.api import build_app
 from cellscale_hub.api.context import Context, Settings
 from cellscale_hub.auth import HubIdentity, StaticTokenIdentity
 from cellscale_hub.bundles import BundleStore
-from cellscale_hub.controller import Controller
+from cellscale_hub.control.controller import Controller
 from cellscale_hub.drivers import Driver, driver_class
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
-from cellscale_hub.telemetry.metrics import Metrics, State
+from cellscale_hub.metrics import Metrics, State
 from cellscale_hub.tenancy import Tenancy
 
 PERSONAL_TENANT = "personal"

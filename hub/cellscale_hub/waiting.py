@@ -26,7 +26,7 @@ class WaitingBoard:
         self._reasons = reasons
 
     def publish_staging(self, words: dict[str, str]) -> None:
-        """Each staging job's progress in words (`cellscale_hub.staging`)."""
+        """Each staging job's progress in words (`cellscale_hub.control.staging`)."""
         self._staging = words
 
     def heads(self, depth: int = 2) -> list[str]:

@@ -132,7 +132,7 @@ def test_priority_preemption_within_a_queue(plane, tmp_path):
 
 
 def test_admission_runs_when_something_changed_not_every_tick(plane, monkeypatch):
-    import cellscale_hub.controller as controller_module
+    import cellscale_hub.control.controller as controller_module
 
     calls = []
     real = controller_module.schedule

@@ -34,8 +34,8 @@ from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from cellscale_hub.dev import kube as dev_kube
-from cellscale_hub.kube import tenancy as kube_tenancy
-from cellscale_hub.kube.tenancy import HubIdentity
+from cellscale_hub.drivers.kubernetes import tenancy as kube_tenancy
+from cellscale_hub.drivers.kubernetes.tenancy import HubIdentity
 from cellscale_hub.tenancy import Tenancy
 
 

@@ -1,4 +1,4 @@
-"""User servers on Kubernetes through KubeSpawner's own code (DeskKubeSpawner, kube/spawner.py),
+"""User servers on Kubernetes through KubeSpawner's own code (DeskKubeSpawner, drivers/kubernetes/spawner.py),
 against the real dev kube-apiserver, as the hub's own ServiceAccount (namespaced Roles only):
 alice of desk-a gets her pod in desk-a's namespace with her desk's profile; desk-b's profile
 is refused with words, and nothing is created for it.
@@ -19,7 +19,7 @@ from kubernetes_asyncio.config import kube_config
 from kubespawner import clients as kubespawner_clients
 from traitlets.config import Config
 
-from cellscale_hub.kube.spawner import DeskKubeSpawner, ProfileRefused
+from cellscale_hub.drivers.kubernetes.spawner import DeskKubeSpawner, ProfileRefused
 
 pytestmark = pytest.mark.integration
 

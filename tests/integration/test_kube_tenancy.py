@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from cellscale_hub.kube import tenancy as kube_tenancy
+from cellscale_hub.drivers.kubernetes import tenancy as kube_tenancy
 from tests.integration.kube_fixtures import apply_as_admin, seed_quota_status
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import AttemptState, EventReason, Fault, Phase
-from cellscale_hub.controller import Controller
+from cellscale_hub.control.controller import Controller
 from cellscale_hub.drivers import Observation
 from cellscale_hub.store import Store, usage
 from cellscale_hub.store import jobs as q

@@ -1,8 +1,8 @@
-"""A cloud pool's bill attributed to attempts (cellscale_hub.cloudbill): table-driven."""
+"""A cloud pool's bill attributed to attempts (cellscale_hub.cost.cloudbill): table-driven."""
 
 import pytest
 
-from cellscale_hub.cloudbill import Instance, Run, attribute
+from cellscale_hub.cost.cloudbill import Instance, Run, attribute
 
 RATE = 8 * 2.5 / 3600  # an 8-GPU node at $2.50/GPU-h, per second
 

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from cellscale.magicargs import MagicUsageError, parse_line
 from cellscale.spec import DatasetRef, JobSpec
-from cellscale_hub.placement import UnknownName, _resolved
+from cellscale_hub.routing import UnknownName, _resolved
 from cellscale_hub.tenancy import Tenancy
 
 

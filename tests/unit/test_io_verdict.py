@@ -7,7 +7,7 @@ import pytest
 from cellscale.runtime.ioprofile import CACHE
 from cellscale.runtime.records import RankIoProfile, SourceReads, StageRecord
 from cellscale.spec import IoSourceView
-from cellscale_hub.telemetry.ioprofile import RANKS_SHOWN, estimate, io_profile, percent, verdict
+from cellscale_hub.drivers.ioprofile import RANKS_SHOWN, estimate, io_profile, percent, verdict
 
 MB = 10**6
 

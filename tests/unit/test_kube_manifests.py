@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from cellscale.spec import JobSpec
-from cellscale_hub.kube import manifests
-from cellscale_hub.kube.names import NotAKubernetesName
+from cellscale_hub.drivers.kubernetes import manifests
+from cellscale_hub.drivers.kubernetes.names import NotAKubernetesName
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 SETTINGS = manifests.KubeSettings(

@@ -1,7 +1,7 @@
 """Every manifest cellscale renders for Kubernetes validates as a modern apiserver would on create
 (tests/kube_schema.py: the pinned CRDs with unknown fields refused, defaults and CEL rules; built-in
-kinds strictly): each kind the driver renders for an attempt (kube/manifests.py) and each kind the
-tenancy mirror renders (kube/tenancy.py)."""
+kinds strictly): each kind the driver renders for an attempt (drivers/kubernetes/manifests.py) and each kind the
+tenancy mirror renders (drivers/kubernetes/tenancy.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from cellscale.spec import JobSpec
-from cellscale_hub.kube import manifests
-from cellscale_hub.kube.tenancy import HubIdentity, render_tenancy
+from cellscale_hub.drivers.kubernetes import manifests
+from cellscale_hub.drivers.kubernetes.tenancy import HubIdentity, render_tenancy
 from cellscale_hub.tenancy import Tenancy
 from tests.kube_schema import ManifestInvalid, validate
 

@@ -5,7 +5,7 @@ messages (kueue.x-k8s.io/v1beta2, Kueue's workload controller and flavor assigne
 import pytest
 
 from cellscale.vocabulary import AttemptState
-from cellscale_hub.kube.status import observe
+from cellscale_hub.drivers.kubernetes.status import observe
 
 S, F, C = AttemptState.STARTING, AttemptState.FAILED, AttemptState.CANCELLED
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cellscale_hub.dev.kube import for_kube_1_20
-from cellscale_hub.kube.tenancy import HubIdentity, object_path, render_tenancy
+from cellscale_hub.drivers.kubernetes.tenancy import HubIdentity, object_path, render_tenancy
 from cellscale_hub.tenancy import Tenancy
 
 TENANCY = Tenancy.from_yaml(
@@ -174,7 +174,7 @@ def test_the_crds_lose_only_what_kube_1_20_refuses_or_does_not_know():
 
 
 def test_desk_profiles_need_unique_slugs_and_may_not_choose_their_namespace():
-    from cellscale_hub.kube.spawner import check_desk_profiles
+    from cellscale_hub.drivers.kubernetes.spawner import check_desk_profiles
 
     with pytest.raises(ValueError, match="profile slug 'cpu' is used by desks desk-a and desk-b: slugs are unique"):
         check_desk_profiles({"desk-a": [{"slug": "cpu"}], "desk-b": [{"slug": "cpu"}]})
@@ -187,7 +187,7 @@ def test_the_shipped_profiles_are_valid_and_cover_the_demo_desks():
 
     import yaml
 
-    from cellscale_hub.kube.spawner import check_desk_profiles
+    from cellscale_hub.drivers.kubernetes.spawner import check_desk_profiles
 
     shipped = yaml.safe_load((Path(__file__).parents[2] / "config" / "kubernetes" / "profiles.yaml").read_text())
     check_desk_profiles(shipped)

@@ -1,4 +1,4 @@
-"""The cost ledger (cellscale_hub.telemetry.ledger): hand-computed tables, and the identity
+"""The cost ledger (cellscale_hub.cost.ledger): hand-computed tables, and the identity
 desk totals + shared idle + overhead = fleet over random fleets."""
 
 import math
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cellscale_hub.telemetry.ledger import CloudBill, FlavorKind, IdlePolicy, Interval, Pool, report
+from cellscale_hub.cost.ledger import CloudBill, FlavorKind, IdlePolicy, Interval, Pool, report
 
 H = 3600.0
 WINDOW = (0.0, H)

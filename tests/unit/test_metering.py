@@ -15,7 +15,7 @@ from cellscale.vocabulary import AttemptState
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.store.models import Attempt, CapacityRow, LedgerHour, LedgerRow
 from cellscale_hub.store.usage import budget_spend
-from cellscale_hub.telemetry.metering import Used, meter_attempt, meter_capacity, unmetered, used_of
+from cellscale_hub.cost.metering import Used, meter_attempt, meter_capacity, unmetered, used_of
 from cellscale_hub.tenancy import Budget, Tenancy
 from tests.unit.test_store import make_job
 

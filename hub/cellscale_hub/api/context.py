@@ -18,7 +18,7 @@ from cellscale_hub.bundles import BundleStore
 from cellscale_hub.drivers import Driver
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
-from cellscale_hub.telemetry.metrics import Metrics
+from cellscale_hub.metrics import Metrics
 from cellscale_hub.waiting import WaitingBoard
 
 OAUTH_COOKIE = "cellscale-oauth"

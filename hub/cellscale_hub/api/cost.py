@@ -12,11 +12,11 @@ from pydantic import BaseModel, Field
 from cellscale_hub.api.context import Context, context, require
 from cellscale_hub.api.errors import refusals
 from cellscale_hub.auth import SCOPE_READ, Principal
-from cellscale_hub.scheduling.sites import Spend
+from cellscale_hub.scheduling.placement import Spend
 from cellscale_hub.store import usage
 from cellscale_hub.store.models import utcnow
-from cellscale_hub.telemetry.costs import cost_report, cost_series
-from cellscale_hub.telemetry.ledger import DeskCost
+from cellscale_hub.cost.costs import cost_report, cost_series
+from cellscale_hub.cost.ledger import DeskCost
 
 Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
 Ctx = Annotated[Context, Depends(context)]

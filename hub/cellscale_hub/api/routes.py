@@ -41,14 +41,14 @@ from cellscale_hub.api.errors import install_error_handlers, refusals
 from cellscale_hub.auth import SCOPE_READ, SCOPE_SUBMIT, Principal
 from cellscale_hub.bundles import BundleRefused
 from cellscale_hub.drivers import AttemptRef, Driver
-from cellscale_hub.placement import NoTenant, Placement, Refused, job_limits, place
+from cellscale_hub.routing import NoTenant, Placement, Refused, job_limits, place
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store import usage
 from cellscale_hub.store.jobs import IdempotencyConflict
 from cellscale_hub.store.models import Job, utcnow
-from cellscale_hub.sweeps import create_points, settle_points
-from cellscale_hub.telemetry import costs
+from cellscale_hub.control.sweeps import create_points, settle_points
+from cellscale_hub.cost import costs
 
 Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
 Submitter = Annotated[Principal, Depends(require(SCOPE_SUBMIT))]

@@ -30,9 +30,9 @@ from cellscale.runtime.records import (
 from cellscale.runtime.sweepdir import SweepDir
 from cellscale.spec import BackendView, CheckpointView, IoProfileView, JobSpec
 from cellscale.vocabulary import AttemptState, Fault
-from cellscale_hub.cloudbill import Instance, Run
+from cellscale_hub.cost.cloudbill import Instance, Run
 from cellscale_hub.faults import from_exit_records
-from cellscale_hub.telemetry.ioprofile import io_profile
+from cellscale_hub.drivers.ioprofile import io_profile
 from cellscale_hub.tenancy import Tenancy
 
 UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -225,7 +225,7 @@ class Driver(LoggingConfigurable):
       the nodes' caches before it starts. Without it, each node stages when the job starts.
     - `fence(ref)`: before an attempt that never started moves to another backend, make sure
       it never starts here (the job directory's gate by default).
-    - Sweeps (`JobSpec.sweep`; `runs_sweeps = True`): the control plane (`cellscale_hub.sweeps`)
+    - Sweeps (`JobSpec.sweep`; `runs_sweeps = True`): the control plane (`cellscale_hub.control.sweeps`)
       submits a sweep's tasks as arrays and rebalances them; the driver runs them. Override
       `max_array_size()` (the most indexes one array may have), `submit_array(array)` -> the
       backend's id (idempotent: `array.ref.resubmit` may find it already there),

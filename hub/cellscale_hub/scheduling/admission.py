@@ -36,7 +36,7 @@ from cellscale_hub.scheduling.ceiling import Ceiling, limits, over
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.scheduling.resources import RESOURCES, UNLIMITED, Amounts, amount_words, capacity_of
 from cellscale_hub.scheduling.service import Service
-from cellscale_hub.scheduling.sites import Offer, SiteState, Spend, choose, offer, table_words
+from cellscale_hub.scheduling.placement import Offer, SiteState, Spend, choose, offer, table_words
 from cellscale_hub.tenancy import Tenancy
 
 MAX_AHEAD = 10  # holders named in a waiting job's reason

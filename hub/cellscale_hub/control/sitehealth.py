@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from cellscale.spec import JobSpec, Resources
 from cellscale_hub.drivers import Driver
-from cellscale_hub.scheduling.sites import SiteState, duration_words
+from cellscale_hub.scheduling.placement import SiteState, duration_words
 from cellscale_hub.tenancy import Tenancy
 
 log = logging.getLogger("cellscale.sites")

@@ -20,7 +20,7 @@ from pathlib import Path
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, AttemptState, EventKind, EventReason, Fault, Phase, Resource
 from cellscale_hub.bundles import BundleStore
-from cellscale_hub.cloudbill import attribute
+from cellscale_hub.cost.cloudbill import attribute
 from cellscale_hub.drivers import AttemptRef, BackendUnreachable, Driver, Observation, flavor_capacities
 from cellscale_hub.faults import decide
 from cellscale_hub.lifecycle import outcome_of
@@ -28,15 +28,15 @@ from cellscale_hub.refs import attempt_ref
 from cellscale_hub.scheduling.admission import Admission, Preemption, Reasons, schedule
 from cellscale_hub.scheduling.capacity import allocate
 from cellscale_hub.scheduling.resources import Amounts, amount_words
-from cellscale_hub.sitehealth import SiteBoard
-from cellscale_hub.staging import StageAhead
+from cellscale_hub.control.sitehealth import SiteBoard
+from cellscale_hub.control.staging import StageAhead
 from cellscale_hub.store import Store, totals, usage
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Attempt, Job, utcnow
 from cellscale_hub.store.tenancy_book import TenancyBook
-from cellscale_hub.sweeps import SweepRunner, settle_points
-from cellscale_hub.telemetry import metering
-from cellscale_hub.telemetry.metrics import Metrics
+from cellscale_hub.control.sweeps import SweepRunner, settle_points
+from cellscale_hub.cost import metering
+from cellscale_hub.metrics import Metrics
 from cellscale_hub.tenancy import Tenancy
 from cellscale_hub.waiting import WaitingBoard
 
@@ -515,7 +515,7 @@ class Controller:
                     session.get(Attempt, attempt.id).cloud_usd = round(usd, 6)
 
     def meter(self, backend: str, driver: Driver) -> None:
-        """The ledger's next rows for the backend's attempts (`telemetry.metering`): every
+        """The ledger's next rows for the backend's attempts (`cost.metering`): every
         `meter_interval_s` while they run, and right after one ends."""
         if time.monotonic() - self._metered_at.get(backend, 0.0) < self.meter_interval_s:
             return

@@ -20,7 +20,7 @@ namespaceSelector), so a desk cannot point a queue of its own at another desk's 
 
 `apply(objects, api)` is server-side apply (field manager `cellscale`), create-or-update and
 idempotent. Everything here except the desk-scoped objects is cluster-wide: a cluster admin
-applies it once and after each tenancy change (`python -m cellscale_hub.kube.tenancy ... --apply`,
+applies it once and after each tenancy change (`python -m cellscale_hub.drivers.kubernetes.tenancy ... --apply`,
 docs/kubernetes.md); the hub's own identity cannot.
 """
 
@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from cellscale.vocabulary import Resource
-from cellscale_hub.kube.names import (
+from cellscale_hub.drivers.kubernetes.names import (
     HUB_ROLE,
     JOBS_SERVICE_ACCOUNT,
     MANAGED_BY,
@@ -379,7 +379,7 @@ async def _apply_with_kubeconfig(objects: list[dict], kubeconfig: Path | None) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m cellscale_hub.kube.tenancy",
+        prog="python -m cellscale_hub.drivers.kubernetes.tenancy",
         description="Print (or, with --apply, apply as a cluster admin) cellscale's tenancy as Kubernetes objects.",
     )
     parser.add_argument("tenancy", type=Path, help="the tenancy YAML (config/tenants.yaml's shape)")

@@ -35,7 +35,7 @@ from cellscale.runtime.records import LaunchPlan
 from cellscale.spec import AttemptState, BackendView, JobSpec, Launcher
 from cellscale.vocabulary import Fault, Resource
 from cellscale_hub import proc
-from cellscale_hub.cloudbill import Instance, Run
+from cellscale_hub.cost.cloudbill import Instance, Run
 from cellscale_hub.drivers.base import (
     ArrayPlan,
     ArrayRef,

@@ -46,9 +46,9 @@ from cellscale_hub.drivers.base import (
     hand_to_owner,
     heartbeat_of,
 )
-from cellscale_hub.kube import manifests
-from cellscale_hub.kube.names import MANAGED_BY, NotAKubernetesName, namespace
-from cellscale_hub.kube.status import condition, observe
+from cellscale_hub.drivers.kubernetes import manifests
+from cellscale_hub.drivers.kubernetes.names import MANAGED_BY, NotAKubernetesName, namespace
+from cellscale_hub.drivers.kubernetes.status import condition, observe
 from cellscale_hub.tenancy import Tenancy
 
 log = logging.getLogger("cellscale.kubernetes")

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from cellscale.spec import JobSpec, Launcher
-from cellscale_hub.kube.names import (
+from cellscale_hub.drivers.kubernetes.names import (
     ATTEMPT_LABEL,
     JOB_LABEL,
     MANAGED_BY,

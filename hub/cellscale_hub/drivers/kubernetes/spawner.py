@@ -1,6 +1,6 @@
 """User servers on Kubernetes: KubeSpawner with server profiles per desk.
 
-    c.JupyterHub.spawner_class = "cellscale_hub.kube.spawner.DeskKubeSpawner"
+    c.JupyterHub.spawner_class = "cellscale_hub.drivers.kubernetes.spawner.DeskKubeSpawner"
     c.DeskKubeSpawner.desk_profiles = {
         "desk-a": [{"slug": "desk-a-cpu", "display_name": "CPU, 2 cores",
                     "kubespawner_override": {"image": "...", "cpu_guarantee": 2, "mem_guarantee": "4G"}}],
@@ -22,7 +22,7 @@ from __future__ import annotations
 from kubespawner import KubeSpawner
 from traitlets import Dict, List, TraitError, Unicode, default, validate
 
-from cellscale_hub.kube.names import SERVERS_SERVICE_ACCOUNT, TENANT_LABEL, namespace
+from cellscale_hub.drivers.kubernetes.names import SERVERS_SERVICE_ACCOUNT, TENANT_LABEL, namespace
 
 DESK_SETS = ("namespace", "service_account", "enable_user_namespaces")  # traits a profile may not override
 

@@ -5,7 +5,7 @@ its own end (Slurm's End): each row is the GPUs held over one interval, what the
 them in that interval (its nodes' usage records, cumulative, so a row takes the difference;
 None when no node could sample its GPUs), its CPU seconds, and the flavor's price then. An
 on-prem flavor's capacity is metered the same way, so the fleet's cost over any window is
-known and the ledger can be reconciled against it (telemetry.ledger).
+known and the ledger can be reconciled against it (cost.ledger).
 """
 
 from __future__ import annotations

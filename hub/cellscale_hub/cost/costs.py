@@ -14,12 +14,12 @@ from sqlalchemy.orm import Session
 
 from cellscale.spec import CostEstimate, JobSpec
 from cellscale.vocabulary import Phase
-from cellscale_hub.cloudbill import Instance
+from cellscale_hub.cost.cloudbill import Instance
 from cellscale_hub.drivers import Driver
-from cellscale_hub.scheduling.sites import Spend, usd_words
+from cellscale_hub.scheduling.placement import Spend, usd_words
 from cellscale_hub.store.jobs import span_words
 from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerRow
-from cellscale_hub.telemetry.ledger import CloudBill, CostReport, Interval, Pool, report
+from cellscale_hub.cost.ledger import CloudBill, CostReport, Interval, Pool, report
 from cellscale_hub.tenancy import Tenancy
 
 HISTORY_JOBS = 200  # the user's newest finished jobs searched for earlier runs of a cell

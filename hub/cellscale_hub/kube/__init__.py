@@ -1,1 +1,0 @@
-"""Kubernetes: manifests, names and tenancy objects for the `kubernetes` driver and KubeSpawner."""

@@ -1,1 +1,0 @@
-"""Telemetry and cost: the ledger (metering, attribution), estimates, and /metrics."""
