@@ -219,3 +219,17 @@ class EventReason(StrEnum):
             Phase.SUCCEEDED: cls.Succeeded,
             Phase.CANCELLED: cls.Cancelled,
         }.get(phase, cls.Failed)
+
+
+class BurstPolicy(StrEnum):
+    """Whether a job may go to a cloud site (--burst; a desk's default when the job says none)."""
+
+    never = "never"  # only the queue's own sites
+    allow = "allow"  # a cloud pool too, when placement finds it better (start time, dollars, data, budget)
+
+
+class DataMode(StrEnum):
+    """How a job's ranks read its datasets (--data-mode)."""
+
+    stage = "stage"  # copied into its nodes' cache before the ranks start (while it waits when the nodes are known)
+    stream = "stream"  # read from the source directly
