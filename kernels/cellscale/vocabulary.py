@@ -1,5 +1,5 @@
 """The words cellscale uses between its parts: phases, states, fault classes, exit reasons,
-pending codes, event kinds and event reasons.
+pending codes, event kinds and event reasons, burst policies and data modes.
 
 Every module that stores, sends, shows or decides on one of these imports it from here, so
 a new backend or a new client reads one list instead of copying strings. The values are the
