@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import cloudpickle
 
 from cellscale.spec import MAX_INPUTS_BYTES
@@ -36,6 +38,12 @@ def pack_inputs(namespace: dict, names: list[str], limit: int = MAX_INPUTS_BYTES
             f"{_mib(limit)}: write big data to shared storage and read it in the cell"
         )
     return blob
+
+
+def bundle_sha256(blob: bytes) -> str:
+    """A bundle's content address: what POST /api/bundles files it under and answers with, known
+    before it is sent (a spec names its bundles by it, validated before anything is uploaded)."""
+    return hashlib.sha256(blob).hexdigest()
 
 
 class _Loaded:

@@ -69,6 +69,7 @@ from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
 import cellscale
 from cellscale.checkpoint_storage import FsspecHashingWriter, LocalWriter, Staging
+from cellscale.runtime.durable import fsync_dir
 from cellscale.runtime.environment import JobEnvironment
 from cellscale.runtime.jobdir import JobDir, write_atomic
 from cellscale.runtime.records import Checkpoint, ResumeReport, Skipped
@@ -309,11 +310,7 @@ class Checkpointer:
         if not self.local:
             return
         for folder in folders:
-            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(Path(folder))
 
     def _prune(self) -> None:
         """After a commit: delete checkpoints beyond the newest `keep`, and crashed writes."""

@@ -191,7 +191,7 @@ def _submit_sweep(file: Path, grid: Path, options: MagicArgs) -> int:
         print(client.render(plan.spec).script, end="")
         print("\n".join(environment_lines(plan.spec.env, client.holds_token)), file=sys.stderr)
         return 0
-    sweep = plan.submit(client, None, fetch_results=False, stream=sys.stderr)
+    sweep = plan.submit(client, fetch_results=False, stream=sys.stderr)
     print(sweep.job_id)
     print(announce(sweep), file=sys.stderr)
     if options.detach:

@@ -49,7 +49,7 @@ from dagster._core.pipes.reattach import find_latest_launch_handle, record_exter
 from dagster_pipes import PIPES_PROTOCOL_VERSION_FIELD, PipesDefaultMessageWriter
 from pydantic import PrivateAttr, ValidationError
 
-from cellscale.bundle import pack_inputs
+from cellscale.bundle import bundle_sha256, pack_inputs
 from cellscale.client import RETRYABLE, ApiError, Client
 from cellscale.magicargs import MagicArgs, MagicUsageError
 from cellscale.points import points_of
@@ -220,10 +220,10 @@ class PipesCellscaleClient(dg.PipesClient):
             context=context, context_injector=dg.PipesEnvContextInjector(), message_reader=reader, extras=extras
         ) as session:
             env = {**args.env, **session.get_bootstrap_env_vars()}
-            spec = _spec(args.model_copy(update={"env": env}), STEP_SOURCE)
             blob = pack_inputs({FN_NAME: fn, KWARGS_NAME: kwargs}, [FN_NAME, KWARGS_NAME])
+            spec = _spec(args.model_copy(update={"env": env}), STEP_SOURCE, blob)
             run = _StepRun(self, context, keys, code=_digest(_source_of(fn), kwargs, args.model_dump(mode="json")))
-            job = run.start(spec, blob)
+            job = run.start(spec, (blob,))
             session.report_launched({"extras": {"cellscale_job_id": job.id}})
             reader.follow(job.id)
             job = run.wait(job)
@@ -260,13 +260,13 @@ class PipesCellscaleClient(dg.PipesClient):
             per_task=per_task,
         )
         try:
-            plan = SweepPlan(args, MAP_SOURCE, points)
+            plan = SweepPlan(args, MAP_SOURCE, points, pack_inputs({FN_NAME: fn}, [FN_NAME]))
         except MagicUsageError as exc:
             raise dg.DagsterInvalidDefinitionError(f"cellscale job options: {exc}") from None
         code = _digest(_source_of(fn), plan.spec.sweep.points_sha256, args.model_dump(mode="json"))
         run = _StepRun(self, context, keys, code=code)
         started = time.monotonic()
-        job = run.start(plan.spec, pack_inputs({FN_NAME: fn}, [FN_NAME]), points_manifest=plan.manifest)
+        job = run.start(plan.spec, plan.bundles)
         submit_s = time.monotonic() - started
         if not run.reattached:
             context.log.info(
@@ -301,7 +301,7 @@ class PipesCellscaleClient(dg.PipesClient):
         if keys:
             spec = spec.model_copy(update={"env": {**spec.env, PARTITION_ENV: keys[0]}})
         run = _StepRun(self, context, keys, code=spec.code_key())
-        job = run.start(spec, None, inputs_file=inputs_file)
+        job = run.start(spec, inputs_file=inputs_file)
         job = run.wait(job)
         return dg.MaterializeResult(metadata={**run.metadata(job), **_scalars(run.outputs(job))})
 
@@ -316,16 +316,11 @@ class _StepRun:
         self.client = pipes.client
         self.reattached = False
 
-    def start(
-        self,
-        spec: JobSpec,
-        blob: bytes | None,
-        *,
-        points_manifest: bytes | None = None,
-        inputs_file: str | Path | None = None,
-    ) -> JobView:
+    def start(self, spec: JobSpec, bundles: Sequence[bytes] = (), *, inputs_file: str | Path | None = None) -> JobView:
         """The job of an earlier attempt of this step when it still runs or succeeded; else a
-        new one, its key recorded in Dagster's event log before it is submitted."""
+        new one, its key recorded in Dagster's event log before it is submitted. `bundles`: what
+        the spec names by hash (content-addressed), uploaded before it is submitted; `inputs_file`:
+        a promoted cell's saved inputs bundle, re-uploaded and checked against the spec's hash."""
         found = self._earlier_job()
         if found is not None:
             return found
@@ -334,12 +329,10 @@ class _StepRun:
         record_external_launch(context, client_name=CLIENT_NAME, external_run_id=key, extras={"code": self.code})
         origin = origin_of(context, self.keys, self.pipes.dagster_url)
         spec = spec.model_copy(update={"origin": origin, "title": origin_title(origin)})
-        if blob is not None:
-            spec = spec.model_copy(update={"inputs_sha256": self.client.upload_inputs(blob).sha256})
-        elif inputs_file is not None and spec.inputs_sha256:
-            spec = spec.model_copy(update={"inputs_sha256": self._reupload(Path(inputs_file), spec.inputs_sha256)})
-        if points_manifest is not None:  # the spec names it by its hash already (content-addressed)
-            self.client.upload_inputs(points_manifest)
+        for bundle in bundles:
+            self.client.upload_inputs(bundle)
+        if inputs_file is not None and spec.inputs_sha256:
+            self._reupload(Path(inputs_file), spec.inputs_sha256)
         job = self.client.submit(spec, idempotency_key=key)
         estimate = f"; {job.estimate.words}" if job.estimate else ""
         context.log.info(f"{LOG_PREFIX} submitted {job.id} to {job.backend} (queue {job.queue}){estimate}")
@@ -371,14 +364,13 @@ class _StepRun:
         )
         return job
 
-    def _reupload(self, path: Path, sha256: str) -> str:
+    def _reupload(self, path: Path, sha256: str) -> None:
         stored = self.client.upload_inputs(path.read_bytes()).sha256
         if stored != sha256:
             raise dg.Failure(
                 f"{path} is not the inputs bundle this cell ran with (sha256 {stored[:12]}…, expected "
                 f"{sha256[:12]}…): promote the job again"
             )
-        return stored
 
     def wait(self, job: JobView, on_tick: Callable[[JobView], None] | None = None) -> JobView:
         """Poll until the job ends; a Dagster cancel cancels it, any other interrupt leaves it.
@@ -520,9 +512,10 @@ def _job_args(name: str, gpus: int, launcher: str | Launcher, options: Mapping[s
         raise dg.DagsterInvalidDefinitionError(f"cellscale job options: {explain(exc)}") from None
 
 
-def _spec(args: MagicArgs, source: str) -> JobSpec:
+def _spec(args: MagicArgs, source: str, blob: bytes | None = None) -> JobSpec:
+    """The step's spec, naming its inputs bundle `blob` by its content address."""
     try:
-        return args.to_spec(source, "0" * 64 if args.inputs else None)  # the hash: once uploaded
+        return args.to_spec(source, bundle_sha256(blob) if blob is not None else None)
     except MagicUsageError as exc:
         raise dg.DagsterInvalidDefinitionError(f"cellscale job options: {exc}") from None
 
@@ -619,7 +612,7 @@ class CellscaleResource(dg.ConfigurableResource):
 def cellscale_asset(
     *,
     gpus: int = 0,
-    launcher: str = "plain",
+    launcher: str | Launcher = Launcher.plain,
     sweep: Any = None,
     max_parallel: int = 64,
     per_task: int = 1,

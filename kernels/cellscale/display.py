@@ -21,7 +21,7 @@ from cellscale.spec import (
     StageView,
     SweepProgress,
 )
-from cellscale.vocabulary import Resource
+from cellscale.vocabulary import DataMode, PointStatus, Resource
 
 DETAILS = " Details: "
 """Where a waiting job's reason turns from what it waits for to the quotas behind it (PendingView.message)."""
@@ -130,7 +130,7 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
         if p.staging:
             lines.append(f"  data: {p.staging}")
     if job.spec.datasets:
-        mode = " (read from the source: --data-mode stream)" if job.spec.data_mode == "stream" else ""
+        mode = " (read from the source: --data-mode stream)" if job.spec.data_mode is DataMode.stream else ""
         lines.append(f"  datasets: {', '.join(d.words() for d in job.spec.datasets)}{mode}")
     for a in job.attempts:
         end = f": {a.end_reason}" if a.end_reason and a.end_reason.lower() != a.state.value.lower() else ""
@@ -195,9 +195,10 @@ def sweep_line(progress: SweepProgress, job: JobView | None = None) -> str:
     why; once it ended, how and how long it took."""
     p = progress
     parts = [f"{p.done + p.cached}/{p.points} done"]
-    for count, word in ((p.running, "running"), (p.failed, "failed"), (p.cached, "cached"), (p.cancelled, "cancelled")):
+    for status in (PointStatus.running, PointStatus.failed, PointStatus.cached, PointStatus.cancelled):
+        count = getattr(p, status.value)  # SweepProgress counts each status under its name
         if count:
-            parts.append(f"{count} {word}")
+            parts.append(f"{count} {status.value}")
     if job is not None and job.phase.terminal:
         took = ""
         if job.started_at and job.finished_at:

@@ -13,12 +13,12 @@ import argparse
 import difflib
 import keyword
 import shlex
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cellscale.spec import JobLimits, JobSpec, Launcher, Resources, Retries, Sweep, parse_memory_mb
+from cellscale.spec import JobLimits, JobSpec, Resources, Retries, Sweep, parse_memory_mb
 from cellscale.titles import slug
+from cellscale.vocabulary import BurstPolicy, DataMode, Launcher
 from cellscale.wire import explain
 
 
@@ -99,7 +99,7 @@ class MagicArgs(BaseModel):
     site: str | None = None
     burst: str | None = None
     data: list[str] = Field(default_factory=list)
-    data_mode: Literal["stage", "stream"] = "stage"
+    data_mode: DataMode = DataMode.stage
     queue: str | None = None
     priority: str | None = None
     retries: int = 3
@@ -236,14 +236,20 @@ def _parser() -> _Parser:
     p.add_argument("--launcher", choices=[launcher.value for launcher in Launcher])
     p.add_argument("--backend")
     p.add_argument("--site", help="auto (default: placement weighs every site) or a site's name")
-    p.add_argument("--burst", choices=["never", "allow"], help="may it go to a cloud site (default: the desk's)")
+    p.add_argument(
+        "--burst",
+        choices=[policy.value for policy in BurstPolicy],
+        help="may it go to a cloud site (default: the desk's)",
+    )
     p.add_argument(
         "--data",
         action="append",
         default=[],
         help="datasets it reads: a registered NAME or NAME=URL@VERSION (comma-separated or repeated)",
     )
-    p.add_argument("--data-mode", choices=["stage", "stream"], help="stage (default): copy to the nodes first")
+    p.add_argument(
+        "--data-mode", choices=[mode.value for mode in DataMode], help="stage (default): copy to the nodes first"
+    )
     p.add_argument("--queue")
     p.add_argument("--priority", help="priority class: low, normal (default), high")
     p.add_argument("--retries", type=int, help="retries after infrastructure faults (default 3)")

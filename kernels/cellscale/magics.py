@@ -20,7 +20,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from cellscale import promote
-from cellscale.bundle import InputError, pack_inputs
+from cellscale.bundle import InputError, bundle_sha256, pack_inputs
 from cellscale.client import RETRYABLE, ApiError, Client
 from cellscale.display import describe, environment_lines, job_table, make_view, status_line
 from cellscale.magicargs import MagicArgs, MagicUsageError, TooBig, parse_line, usage
@@ -92,15 +92,17 @@ class ClusterMagics(Magics):
         args = parse_line(line)
         if args.name is None:  # named by where it came from: the notebook and cell, or its first line
             args = args.model_copy(update={"title": cell_title(self.shell, cell)})
-        if args.sweep:
-            return self._run_map(args, cell)
-        unsent = "0" * 64 if args.inputs else None  # stands for the bundle until it is uploaded
-        spec = args.to_spec(cell, unsent)  # validates everything before anything is sent
+        return self._run_map(args, cell) if args.sweep else self._run_job(args, cell)
+
+    def _run_job(self, args: MagicArgs, cell: str):
+        """`%%cluster`: ONE job; shows it live until it ends (unless --detach)."""
         blob = pack_inputs(self.shell.user_ns, args.inputs) if args.inputs else None
+        inputs_sha256 = bundle_sha256(blob) if blob is not None else None
+        spec = args.to_spec(cell, inputs_sha256)  # validates everything before anything is sent
         if args.dry_run:
             return self._dry_run(spec)
         if blob is not None:
-            spec = args.to_spec(cell, self.client.upload_inputs(blob).sha256)
+            self.client.upload_inputs(blob)
         job = self.client.submit(spec)
         if job.estimate:
             print(f"[cellscale] {job.id}: {job.estimate.words}")
@@ -122,14 +124,14 @@ class ClusterMagics(Magics):
                 f"--over {args.over}: no variable {args.over!r} in this notebook; "
                 "run the cell that defines the grid first"
             )
-        try:
-            plan = SweepPlan(args, cell, self.shell.user_ns[args.over])  # validates everything before anything is sent
+        blob = pack_inputs(self.shell.user_ns, args.inputs) if args.inputs else None
+        try:  # validates everything before anything is sent
+            plan = SweepPlan(args, cell, self.shell.user_ns[args.over], blob)
         except GridError as exc:
             raise MagicUsageError(f"--over {args.over}: {exc}") from None
-        blob = pack_inputs(self.shell.user_ns, args.inputs) if args.inputs else None
         if args.dry_run:
             return self._dry_run(plan.spec)
-        sweep = plan.submit(self.client, blob)
+        sweep = plan.submit(self.client)
         print(announce(sweep))
         if args.bind_as:
             self.shell.user_ns[args.bind_as] = sweep

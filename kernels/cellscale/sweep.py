@@ -18,7 +18,6 @@ pandas and ipywidgets are imported when first needed (the magic's import cost ma
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import sys
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import httpx
 from pydantic import ValidationError
 
-from cellscale.bundle import InputError, pack_inputs
+from cellscale.bundle import InputError, bundle_sha256, pack_inputs
 from cellscale.client import ApiError, Client
 from cellscale.display import sweep_line
 from cellscale.magicargs import MagicArgs, MagicUsageError
@@ -57,8 +56,6 @@ RESULTS_PER_POLL = 200
 """Most point outputs fetched in one poll, so the progress line keeps moving on a big retry."""
 RESULT_TRIES = 5
 """A point's outputs refused this many times (4xx) are given up on; the reason shows in `error`."""
-UNSENT = "0" * 64
-"""Stands for a bundle's hash until it is uploaded (validation before anything is sent)."""
 FN_NAME = "__cellscale_fn__"
 MAP_SOURCE = f"result = {FN_NAME}(**__point__)\n"
 """The cell `cellscale.map` runs at each point: the function, shipped in the inputs bundle."""
@@ -531,24 +528,25 @@ def _in_kernel(shell) -> bool:
 
 # -- submitting ----------------------------------------------------------------------------------
 class SweepPlan:
-    """A sweep checked before anything is sent: its points, their manifest, and its spec (with
-    stand-in hashes). GridError or MagicUsageError say what to change."""
+    """A sweep checked before anything is sent: its points, their manifest, and its spec (naming
+    the manifest and the inputs bundle `blob` by their content addresses). GridError or
+    MagicUsageError say what to change."""
 
-    def __init__(self, args: MagicArgs, source: str, grid: Any):
-        self.args, self.source = args, source
+    def __init__(self, args: MagicArgs, source: str, grid: Any, blob: bytes | None = None):
         self.points = points_of(grid)
         if not self.points:
             raise GridError("the grid has no points: give it at least one")
         self.manifest = manifest(self.points)
-        sweep = args.sweep_of(len(self.points), hashlib.sha256(self.manifest).hexdigest())
-        self.spec = args.to_spec(source, UNSENT if args.inputs else None, sweep)
+        self.bundles = (self.manifest,) if blob is None else (self.manifest, blob)
+        """What the spec names by hash: uploaded before it is submitted."""
+        sweep = args.sweep_of(len(self.points), bundle_sha256(self.manifest))
+        self.spec = args.to_spec(source, bundle_sha256(blob) if blob is not None else None, sweep)
 
-    def submit(self, client: Client, blob: bytes | None, **options) -> Sweep:
+    def submit(self, client: Client, **options) -> Sweep:
         """Upload the manifest (and the inputs bundle), submit ONE job, return its handle."""
-        points_sha256 = client.upload_inputs(self.manifest).sha256
-        inputs_sha256 = client.upload_inputs(blob).sha256 if blob is not None else None
-        spec = self.args.to_spec(self.source, inputs_sha256, self.args.sweep_of(len(self.points), points_sha256))
-        job = client.submit(spec)
+        for bundle in self.bundles:
+            client.upload_inputs(bundle)
+        job = client.submit(self.spec)
         return Sweep(client, job, self.points, **options)
 
 
@@ -597,7 +595,6 @@ def run_map(
         args = MagicArgs.model_validate(values)
     except ValidationError as exc:
         raise MagicUsageError(f"cellscale.map: {explain(exc)}") from None
-    plan = SweepPlan(args, MAP_SOURCE, grid)
     try:
         blob = pack_inputs({FN_NAME: fn}, [FN_NAME])
     except InputError as exc:
@@ -605,7 +602,8 @@ def run_map(
             str(exc).replace(f"--inputs {FN_NAME}:", "fn:").replace("--inputs are", "fn, with what it refers to, is")
         )
         raise InputError(f"cellscale.map: {words}") from None
-    sweep = plan.submit(client or Client.from_env(), blob, expand_result=True)
+    plan = SweepPlan(args, MAP_SOURCE, grid, blob)
+    sweep = plan.submit(client or Client.from_env(), expand_result=True)
     print(announce(sweep))
     return sweep
 

@@ -1,5 +1,5 @@
 """The words cellscale uses between its parts: phases, states, fault classes, exit reasons,
-pending codes, event kinds and event reasons.
+pending codes, event kinds and event reasons, burst policies and data modes.
 
 Every module that stores, sends, shows or decides on one of these imports it from here, so
 a new backend or a new client reads one list instead of copying strings. The values are the
@@ -219,3 +219,17 @@ class EventReason(StrEnum):
             Phase.SUCCEEDED: cls.Succeeded,
             Phase.CANCELLED: cls.Cancelled,
         }.get(phase, cls.Failed)
+
+
+class BurstPolicy(StrEnum):
+    """Whether a job may go to a cloud site (--burst; a desk's default when the job says none)."""
+
+    never = "never"  # only the queue's own sites
+    allow = "allow"  # a cloud pool too, when placement finds it better (start time, dollars, data, budget)
+
+
+class DataMode(StrEnum):
+    """How a job's ranks read its datasets (--data-mode)."""
+
+    stage = "stage"  # copied into its nodes' cache before the ranks start (while it waits when the nodes are known)
+    stream = "stream"  # read from the source directly

@@ -166,7 +166,8 @@ def test_a_follow_resumes_from_last_event_id(edge):
 
 def test_the_os_check_refuses_at_submit(edge, monkeypatch):
     plane = edge
-    monkeypatch.setattr("cellscale.spec.exec_limit", lambda: 96 * 1024)  # a small ARG_MAX: 64 KiB reserve + 32 KiB
+    # a small ARG_MAX: 64 KiB reserve + 32 KiB
+    monkeypatch.setattr("cellscale.spec.environment.exec_limit", lambda: 96 * 1024)
     response = plane.submit(env={f"V{i}": "x" * 1000 for i in range(40)})
     assert response.status_code == 422 and response.json()["detail"].startswith("--env and the job's arguments")
     assert plane.submit(env={"SMALL": "1"}).status_code == 201

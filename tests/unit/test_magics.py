@@ -3,6 +3,7 @@ input is refused before anything is sent, and that results land in the namespace
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
 import cloudpickle
@@ -32,7 +33,7 @@ class RecordingClient:
     def upload_inputs(self, blob):
         self.calls.append("upload")
         self.blob = blob
-        return type("Ref", (), {"sha256": "b" * 64})()
+        return type("Ref", (), {"sha256": hashlib.sha256(blob).hexdigest()})()  # content-addressed, as served
 
     def submit(self, spec):
         self.calls.append("submit")
@@ -172,7 +173,7 @@ def test_attached_cell_streams_logs_and_sets_outputs(shell, capsys):
     assert "[rank 0] hello" in out and "SUCCEEDED" in out
     assert shell.user_ns["loss"] == 0.25
     assert client.calls == ["upload", "submit", "result"]
-    assert client.spec.input_names == ["lr"] and client.spec.inputs_sha256 == "b" * 64
+    assert client.spec.input_names == ["lr"] and client.spec.inputs_sha256 == hashlib.sha256(client.blob).hexdigest()
 
 
 def test_failed_job_raises_with_its_reason(shell):

@@ -58,6 +58,8 @@ from typing import Any
 
 import fsspec
 
+from cellscale.runtime.durable import exclusive, fsync_dir, fsync_tree, lock, write_readonly
+
 THREADS = 16  # pieces fetched at once; memory in flight is at most THREADS * PIECE
 PIECE = 8 * 2**20  # bytes per GET: a larger file is fetched as parallel ranged reads of this size
 PROGRESS_EVERY = 0.1  # seconds between progress calls
@@ -226,12 +228,12 @@ class NodeCache:
         if entry is None:
             entry, fetched, evicted = self._fetch(source, listing, progress)
         if label and not pinned:
-            _write_atomic(label, json.dumps({"url": source.url, "version": source.version, "key": listing.key}))
+            write_readonly(label, json.dumps({"url": source.url, "version": source.version, "key": listing.key}))
         return entry, fetched, evicted
 
     def _hold(self, key: str) -> _Entry | None:
         """The published entry `key` locked in use, its last use now; None if it is not published."""
-        fd = _lock(self._entry_dir(key) / "in-use", fcntl.LOCK_SH, create=False)
+        fd = lock(self._entry_dir(key) / "in-use", fcntl.LOCK_SH, create=False)
         if fd is None:
             return None
         _touch(fd)
@@ -240,12 +242,12 @@ class NodeCache:
     def _fetch(
         self, source: DataSource, listing: _Listing, progress: Progress | None
     ) -> tuple[_Entry, int | None, tuple[str, ...]]:
-        with _exclusive(self.root / "locks" / f"{listing.key}.fetch"):
+        with exclusive(self.root / "locks" / f"{listing.key}.fetch"):
             if entry := self._hold(listing.key):  # fetched by another process while we waited
                 return entry, None, ()
             tmp = self.root / "tmp" / f"{listing.key}.{listing.bytes}.{secrets.token_hex(4)}"
             try:
-                with _exclusive(self.root / "locks" / "room", remove=False):
+                with exclusive(self.root / "locks" / "room", remove=False):
                     evicted = self._make_room(listing, source)
                     _preallocate(tmp / "data", listing.files)
                 md5s = _transfer(listing, tmp / "data", progress)
@@ -267,13 +269,13 @@ class NodeCache:
             ],
             "fetched_at": time.time(),
         }
-        _write_atomic(tmp / "manifest.json", json.dumps(manifest))
+        write_readonly(tmp / "manifest.json", json.dumps(manifest))
         fd = os.open(tmp / "in-use", os.O_RDONLY | os.O_CREAT | os.O_EXCL)
         os.fchmod(fd, 0o666)  # every user's jobs touch it (last use)
         fcntl.flock(fd, fcntl.LOCK_SH)  # held from birth: nobody evicts it between the rename and our use
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         os.rename(tmp, self._entry_dir(listing.key))
-        _fsync_dir(self.root / "entries")
+        fsync_dir(self.root / "entries")
         return _Entry(fd, manifest)
 
     # -- room ------------------------------------------------------------------------------------------
@@ -289,7 +291,7 @@ class NodeCache:
         for key, size, _ in entries:
             if self._fits(listing.bytes, used, free, total):
                 break
-            fd = _lock(self._entry_dir(key) / "in-use", fcntl.LOCK_EX | fcntl.LOCK_NB, create=False)
+            fd = lock(self._entry_dir(key) / "in-use", fcntl.LOCK_EX | fcntl.LOCK_NB, create=False)
             if fd is None:
                 in_use.append((key, size))
                 continue
@@ -348,14 +350,14 @@ class NodeCache:
                 shutil.rmtree(tmp)
                 continue
             lock = self.root / "locks" / f"{key}.fetch"
-            fd = _lock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = lock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if fd is not None:  # nobody fetches `key`: the writer died
                 shutil.rmtree(tmp)
                 os.unlink(lock)
                 os.close(fd)
 
     def _in_use(self, key: str) -> bool:
-        fd = _lock(self._entry_dir(key) / "in-use", fcntl.LOCK_EX | fcntl.LOCK_NB, create=False)
+        fd = lock(self._entry_dir(key) / "in-use", fcntl.LOCK_EX | fcntl.LOCK_NB, create=False)
         if fd is None:
             return True
         os.close(fd)
@@ -552,46 +554,6 @@ def _make_shared_dirs(path: Path) -> None:
     path.chmod(0o777)
 
 
-def _lock(path: Path, operation: int, create: bool = True) -> int | None:
-    """A descriptor holding flock `operation` on the file now at `path`; None if LOCK_NB and another holds
-    it, or if `path` does not exist and not `create`. Lock files are removed by their exclusive holders, so
-    a lock won on a file no longer at `path` is dropped and taken again."""
-    while True:
-        try:
-            fd = os.open(path, os.O_RDONLY | (os.O_CREAT if create else 0), 0o644)
-        except FileNotFoundError:
-            return None
-        try:
-            fcntl.flock(fd, operation)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        if _is_at(fd, path):
-            return fd
-        os.close(fd)
-
-
-def _is_at(fd: int, path: Path) -> bool:
-    try:
-        at = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (at.st_dev, at.st_ino) == (held.st_dev, held.st_ino)
-
-
-@contextmanager
-def _exclusive(path: Path, remove: bool = True) -> Iterator[None]:
-    """Hold `path` locked exclusively; unless not `remove`, delete it before letting go (see _lock)."""
-    fd = _lock(path, fcntl.LOCK_EX)
-    try:
-        yield
-    finally:
-        if remove:
-            os.unlink(path)
-        os.close(fd)
-
-
 def _touch(fd: int) -> None:
     """Last use = now. Setting an exact time needs ownership; anyone may set "now" (coarser: the clock tick)."""
     if os.fstat(fd).st_uid == os.geteuid():
@@ -609,26 +571,3 @@ def _disk_space(root: Path) -> tuple[int, int]:
 
 def _read_json(path: Path) -> dict:
     return json.loads(path.read_bytes())
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write a read-only file by rename, so readers see all of it or nothing."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444), "wb") as file:
-        file.write(text.encode())
-        file.flush()
-        os.fsync(file.fileno())
-    os.rename(tmp, path)
-
-
-def _fsync_tree(top: Path) -> None:
-    for directory, _, _ in os.walk(top, topdown=False):
-        _fsync_dir(Path(directory))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

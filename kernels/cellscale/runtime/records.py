@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from cellscale.spec import DatasetRef
-from cellscale.vocabulary import ExitReason, Launcher
+from cellscale.vocabulary import DataMode, ExitReason, Fault, Launcher, PointStatus
 
 
 class DataCacheSettings(BaseModel):
@@ -45,7 +45,7 @@ class LaunchPlan(BaseModel):
         "supervisor runs, the driver's.",
     )
     datasets: list[DatasetRef] = Field(default_factory=list, description="What each node stages before its ranks.")
-    data_mode: str = "stage"
+    data_mode: DataMode = DataMode.stage
     data_cache: DataCacheSettings | None = None
 
     @property
@@ -228,8 +228,8 @@ class TaskEnded(BaseModel):
 class PointOutcome(BaseModel):
     """outcomes/<point>.<n>.json: how one try of one point ended (n: the array that ran it)."""
 
-    status: str = Field(description="done | failed")
-    fault: str | None = Field(None, description="A Fault value when it failed.")
+    status: Literal[PointStatus.done, PointStatus.failed]
+    fault: Fault | None = Field(None, description="A Fault value when it failed.")
     host: str
     wall_s: float
     at: float

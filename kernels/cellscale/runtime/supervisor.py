@@ -30,7 +30,7 @@ from cellscale.runtime import raycluster, stage, usage
 from cellscale.runtime.jobdir import JobDir, open_log
 from cellscale.runtime.pump import pump_lines
 from cellscale.runtime.records import ExitRecord, Heartbeat, LaunchPlan, PreemptNotice, Started
-from cellscale.vocabulary import ExitReason, Launcher
+from cellscale.vocabulary import DataMode, ExitReason, Launcher
 
 HEARTBEAT_SECONDS = 2.0
 GRACE_SECONDS = 10.0
@@ -154,7 +154,7 @@ class Supervisor:
         """The job's datasets on this node for the ranks' lifetime: from the node's cache
         (staged while the job waited) or fetched now; streamed ones only named."""
         plan = self.plan
-        if plan.data_mode == "stream" or plan.data_cache is None:
+        if plan.data_mode is DataMode.stream or plan.data_cache is None:
             yield stage.streamed_env(plan.datasets)
             return
 

@@ -31,7 +31,7 @@ from cellscale.runtime import stage
 from cellscale.runtime.jobdir import open_log
 from cellscale.runtime.records import ArrayPlan, PointOutcome, TaskEnded, TaskStarted
 from cellscale.runtime.sweepdir import SweepDir
-from cellscale.vocabulary import ExitReason, Fault
+from cellscale.vocabulary import DataMode, ExitReason, Fault, PointStatus
 
 POOL_TICK_S = 0.05
 GRACE_S = 10.0
@@ -59,7 +59,11 @@ def run_task(job: SweepDir, number: int, index: int) -> int:
             for point in plan.tasks[index]:
                 outcome = run_point(job, number, point, decode(points[point]), code, fields, host)
                 job.write_outcome(point, number, outcome)
-                words = f"done in {outcome.wall_s:.1f} s" if outcome.status == "done" else f"failed: {outcome.error}"
+                words = (
+                    f"done in {outcome.wall_s:.1f} s"
+                    if outcome.status is PointStatus.done
+                    else f"failed: {outcome.error}"
+                )
                 os.write(log_fd, f"[point {point}] {words} (on {host})\n".encode())
     except stage.DataUnavailable as exc:
         record = exc.record
@@ -79,7 +83,7 @@ def _datasets(fields: dict, say) -> Iterator[None]:
     from cellscale.runtime.records import LaunchPlan
 
     plan = LaunchPlan.model_validate(fields)
-    if plan.data_mode == "stream" or plan.data_cache is None or not plan.datasets:
+    if plan.data_mode is DataMode.stream or plan.data_cache is None or not plan.datasets:
         os.environ.update(stage.streamed_env(plan.datasets))
         yield
         return
@@ -115,8 +119,8 @@ def run_point(job: SweepDir, number: int, point: int, values: dict, code, fields
         text = "".join(traceback.format_exception(exc.__class__, exc, _cell_frames(exc.__traceback__, job)))
         sys.stderr.write(text)
         return PointOutcome(
-            status="failed",
-            fault=Fault.USER_ERROR.value,
+            status=PointStatus.failed,
+            fault=Fault.USER_ERROR,
             host=host,
             wall_s=time.monotonic() - began,
             at=time.time(),
@@ -128,7 +132,7 @@ def run_point(job: SweepDir, number: int, point: int, values: dict, code, fields
         sys.stderr.flush()
         _restore(saved)
     return PointOutcome(
-        status="done",
+        status=PointStatus.done,
         host=host,
         wall_s=time.monotonic() - began,
         at=time.time(),
