@@ -94,9 +94,10 @@ from pathlib import Path
 
 from _common import REPO, percentile, print_table, ratio, scheduling_digest, write_results
 
-from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
+from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.scheduling.service import Service
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.tenancy import Ordering, Tenancy
 
 TRACE = REPO.parent / "shared" / "traces" / "philly-pollux.csv"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from cellscale.vocabulary import PendingCode
-from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
-from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.placement import SiteState, Spend, choose, duration_words, offer
+from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.tenancy import Budget, Tenancy
 
 TENANCY = Tenancy.model_validate(
