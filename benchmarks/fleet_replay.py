@@ -1,6 +1,6 @@
 """Placement across sites at fleet scale (issue 12): the Philly trace replayed on three sites
-with 20,000 GPUs and 100 desks through the same `admission.schedule()`, under cellscale's
-placement (`scheduling.sites`) and four baselines re-implemented on the same fleet, desks and
+with 20,000 GPUs and 100 desks through the same `cycle.schedule()`, under cellscale's
+placement (`scheduling.placement`) and four baselines re-implemented on the same fleet, desks and
 quotas, in one run.
 
 Fleet (`--east/--west/--burst`, GPUs in 8-GPU nodes):
@@ -53,9 +53,9 @@ spend is charged by the second to the periods it falls in; the snapshot's `Spend
 period's bill so far plus the expected rest of the running cloud jobs (estimate + tail).
 
 Policies (all through `schedule()` on the same tenancy; only the flavors a job may use differ):
-- sites: cellscale, `Snapshot.sites` and `spend` given: one offer per site, `sites.choose`.
+- sites: cellscale, `Snapshot.sites` and `spend` given: one offer per site, `placement.choose`.
 - slurm-M: `sbatch -M east,west,burst`: when the job is first seen it goes to the site with
-  the earliest estimated start (the same estimator, `admission._offers`, without data; the
+  the earliest estimated start (the same estimator, `offers.site_offers`, without data; the
   cloud adds its boot), ties to the first; the job's flavors are that one for good.
 - multikueue (AllAtOnce), skypilot, burst-when-pending: every cycle, each job passed to
   `schedule()` (oldest first) is restricted to the first site in its order whose quota admits
@@ -467,7 +467,7 @@ class FleetSim:
         usage = Usage(self.tenancy, {f: capacity_of(c) for f, c in self.capacity.items()}, held_per_queue(holders))
         states = {f: SiteState(f, self.site[f]) for f in FLAVORS}
         snap = Snapshot(self.tenancy, self.capacity, holders, (), {}, t, sites=states)
-        # one Cycle for all: `_offers` only reads it (no claims, no heads waiting) and its memos
+        # one Cycle for all: `site_offers` only reads it (no claims, no heads waiting) and its memos
         # (the holders by flavor, their ends) depend on the holders, not on the usage added here
         cycle = Cycle(Service(self.tenancy.ordering, self.tenancy.resource_weights, t))
         for i in new:

@@ -2,7 +2,7 @@
 virtual clusters) replayed on a simulated fleet through the same `schedule()`, under the
 cellscale tenancy and under a FIFO baseline, in one run.
 
-Policies (all but the Tiresias reference call `cellscale_hub.scheduling.admission.schedule`;
+Policies (all but the Tiresias reference call `cellscale_hub.scheduling.cycle.schedule`;
 only the tenancy differs; `policies()`):
 - cellscale: each virtual cluster (VC) is a ClusterQueue in one cohort; its nominal quota
   is its share of the trace's total GPU-time (at least 1 GPU; quotas sum to the fleet),

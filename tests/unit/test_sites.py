@@ -1,4 +1,4 @@
-"""Placement across sites (scheduling.sites, through admission.schedule): table-driven."""
+"""Placement across sites (scheduling.placement and scheduling.offers, through cycle.schedule): table-driven."""
 
 from __future__ import annotations
 
