@@ -197,16 +197,11 @@ def _fmt(value: object) -> str:
 
 def scheduling_digest() -> dict[str, str]:
     """The scheduling code a benchmark measured (it may be uncommitted): the first 12 hex
-    digits of each file's sha256."""
+    digits of each file's sha256 (every module of `scheduling/`, and `tenancy.py`)."""
     here = REPO / "hub" / "cellscale_hub"
     return {
         p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:12]
-        for p in (
-            here / "scheduling" / "admission.py",
-            here / "scheduling" / "service.py",
-            here / "scheduling" / "fairshare.py",
-            here / "tenancy.py",
-        )
+        for p in (*sorted((here / "scheduling").glob("*.py")), here / "tenancy.py")
     }
 
 

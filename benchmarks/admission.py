@@ -44,9 +44,10 @@ from dataclasses import replace
 
 from _common import median, percentile, print_table, ratio, scheduling_digest, write_results
 
-from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
+from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.tenancy import Tenancy
 
 FLEET = 1024

@@ -1,6 +1,6 @@
 """Placement across sites at fleet scale (issue 12): the Philly trace replayed on three sites
-with 20,000 GPUs and 100 desks through the same `admission.schedule()`, under cellscale's
-placement (`scheduling.sites`) and four baselines re-implemented on the same fleet, desks and
+with 20,000 GPUs and 100 desks through the same `cycle.schedule()`, under cellscale's
+placement (`scheduling.placement`) and four baselines re-implemented on the same fleet, desks and
 quotas, in one run.
 
 Fleet (`--east/--west/--burst`, GPUs in 8-GPU nodes):
@@ -53,9 +53,9 @@ spend is charged by the second to the periods it falls in; the snapshot's `Spend
 period's bill so far plus the expected rest of the running cloud jobs (estimate + tail).
 
 Policies (all through `schedule()` on the same tenancy; only the flavors a job may use differ):
-- sites: cellscale, `Snapshot.sites` and `spend` given: one offer per site, `sites.choose`.
+- sites: cellscale, `Snapshot.sites` and `spend` given: one offer per site, `placement.choose`.
 - slurm-M: `sbatch -M east,west,burst`: when the job is first seen it goes to the site with
-  the earliest estimated start (the same estimator, `admission._offers`, without data; the
+  the earliest estimated start (the same estimator, `offers.site_offers`, without data; the
   cloud adds its boot), ties to the first; the job's flavors are that one for good.
 - multikueue (AllAtOnce), skypilot, burst-when-pending: every cycle, each job passed to
   `schedule()` (oldest first) is restricted to the first site in its order whose quota admits
@@ -101,20 +101,15 @@ from pathlib import Path
 from _common import RESULTS, percentile, print_table, ratio, scheduling_digest, write_results
 from trace_replay import TRACE, largest_remainder, load_trace
 
-from cellscale_hub.scheduling.admission import (
-    Cycle,
-    Holder,
-    Snapshot,
-    Usage,
-    Workload,
-    _held_per_queue,
-    _offers,
-    schedule,
-)
+from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
+from cellscale_hub.scheduling.offers import site_offers
+from cellscale_hub.scheduling.placement import SiteState, Spend
 from cellscale_hub.scheduling.resources import Amounts, capacity_of
 from cellscale_hub.scheduling.service import Service
-from cellscale_hub.scheduling.placement import SiteState, Spend
+from cellscale_hub.scheduling.state import Cycle
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
+from cellscale_hub.scheduling.usage import Usage, held_per_queue
 from cellscale_hub.tenancy import Budget, Ordering, Tenancy
 
 HOUR, DAY = 3600.0, 86400.0
@@ -469,10 +464,10 @@ class FleetSim:
     # -- baselines: each job's flavors -------------------------------------------------------
     def slurm_choose(self, t: float, holders: tuple[Holder, ...], new: list[int]) -> None:
         """`sbatch -M`: the earliest estimated start (no data), ties to the first; once."""
-        usage = Usage(self.tenancy, {f: capacity_of(c) for f, c in self.capacity.items()}, _held_per_queue(holders))
+        usage = Usage(self.tenancy, {f: capacity_of(c) for f, c in self.capacity.items()}, held_per_queue(holders))
         states = {f: SiteState(f, self.site[f]) for f in FLAVORS}
         snap = Snapshot(self.tenancy, self.capacity, holders, (), {}, t, sites=states)
-        # one Cycle for all: `_offers` only reads it (no claims, no heads waiting) and its memos
+        # one Cycle for all: `site_offers` only reads it (no claims, no heads waiting) and its memos
         # (the holders by flavor, their ends) depend on the holders, not on the usage added here
         cycle = Cycle(Service(self.tenancy.ordering, self.tenancy.resource_weights, t))
         for i in new:
@@ -481,7 +476,7 @@ class FleetSim:
             if fits is not None:  # starts now there: no estimate is earlier (the cloud boots first)
                 self.chosen[i] = fits
             else:
-                offers = _offers(snap, usage, w, list(FLAVORS), cycle)
+                offers = site_offers(snap, usage, w, list(FLAVORS), cycle)
                 best = min(range(len(offers)), key=lambda k: (offers[k].start_in_s, k))
                 self.chosen[i] = offers[best].flavor
                 fits = offers[best].flavor if offers[best].fits_now else None
@@ -501,7 +496,7 @@ class FleetSim:
         """multikueue, skypilot, burst-when-pending: each job's flavors this cycle are the first
         site in its order that admits it now (oldest jobs first), or all of them when none does
         (it waits for whichever frees first)."""
-        usage = Usage(self.tenancy, {f: capacity_of(c) for f, c in self.capacity.items()}, _held_per_queue(holders))
+        usage = Usage(self.tenancy, {f: capacity_of(c) for f, c in self.capacity.items()}, held_per_queue(holders))
         for i in sorted(ids):
             w = self.workloads[i]
             f = next((f for f in self.order_of(i) if usage.fits(w.cluster_queue, f, w.demand)), None)

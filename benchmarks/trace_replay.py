@@ -2,7 +2,7 @@
 virtual clusters) replayed on a simulated fleet through the same `schedule()`, under the
 cellscale tenancy and under a FIFO baseline, in one run.
 
-Policies (all but the Tiresias reference call `cellscale_hub.scheduling.admission.schedule`;
+Policies (all but the Tiresias reference call `cellscale_hub.scheduling.cycle.schedule`;
 only the tenancy differs; `policies()`):
 - cellscale: each virtual cluster (VC) is a ClusterQueue in one cohort; its nominal quota
   is its share of the trace's total GPU-time (at least 1 GPU; quotas sum to the fleet),
@@ -94,9 +94,10 @@ from pathlib import Path
 
 from _common import REPO, percentile, print_table, ratio, scheduling_digest, write_results
 
-from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
+from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.scheduling.service import Service
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.tenancy import Ordering, Tenancy
 
 TRACE = REPO.parent / "shared" / "traces" / "philly-pollux.csv"

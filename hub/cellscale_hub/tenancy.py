@@ -237,7 +237,7 @@ class ResourceWeights(Strict):
 
 class Ordering(Strict):
     """How work is ordered, backfilled and preempted INSIDE each ClusterQueue, after quotas,
-    borrowing and fair share between desks have had their say (`scheduling.admission`).
+    borrowing and fair share between desks have had their say (`scheduling.cycle`).
 
     Least attained service, discretized (as in Tiresias): a job's level is how many of
     `service_levels_gpu_hours` the GPU-hours it has already received (all attempts) have

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from cellscale.spec import AheadView, PendingView, SiteOfferView
-from cellscale_hub.scheduling.admission import PendingReason, Reasons
+from cellscale_hub.scheduling.types import PendingReason, Reasons
 
 
 class WaitingBoard:

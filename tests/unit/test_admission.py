@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
+from cellscale_hub.scheduling.cycle import schedule
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.tenancy import Ordering, Tenancy
 
 

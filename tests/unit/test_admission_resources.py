@@ -4,8 +4,9 @@ resource, CPU pools beside GPU flavors, and reasons that name the missing resour
 from __future__ import annotations
 
 from cellscale.vocabulary import PendingCode, Resource
-from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
+from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.resources import UNLIMITED, Amounts
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.tenancy import Tenancy
 from cellscale_hub.waiting import pending_view
 

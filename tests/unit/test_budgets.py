@@ -7,8 +7,9 @@ import pytest
 from pydantic import ValidationError
 
 from cellscale.vocabulary import PendingCode
-from cellscale_hub.scheduling.admission import Snapshot, Workload, schedule
+from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.placement import Spend
+from cellscale_hub.scheduling.types import Snapshot, Workload
 from cellscale_hub.tenancy import Budget
 from tests.unit.test_admission import TWO_DESKS
 

@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
+from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.service import Service
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.tenancy import Ordering, ResourceWeights, Tenancy
 
 HOUR = 3600.0

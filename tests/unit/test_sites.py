@@ -1,13 +1,14 @@
-"""Placement across sites (scheduling.sites, through admission.schedule): table-driven."""
+"""Placement across sites (scheduling.placement and scheduling.offers, through cycle.schedule): table-driven."""
 
 from __future__ import annotations
 
 import pytest
 
 from cellscale.vocabulary import PendingCode
-from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload, schedule
-from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.placement import SiteState, Spend, choose, duration_words, offer
+from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.tenancy import Budget, Tenancy
 
 TENANCY = Tenancy.model_validate(

@@ -25,7 +25,8 @@ from cellscale_hub.drivers import AttemptRef, BackendUnreachable, Driver, Observ
 from cellscale_hub.faults import decide
 from cellscale_hub.lifecycle import outcome_of
 from cellscale_hub.refs import attempt_ref
-from cellscale_hub.scheduling.admission import Admission, Preemption, Reasons, schedule
+from cellscale_hub.scheduling.cycle import schedule
+from cellscale_hub.scheduling.types import Admission, Preemption, Reasons
 from cellscale_hub.scheduling.capacity import allocate
 from cellscale_hub.scheduling.resources import Amounts, amount_words
 from cellscale_hub.control.sitehealth import SiteBoard

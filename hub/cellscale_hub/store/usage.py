@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from cellscale.spec import FlavorUsage, QueueUsage
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, QUOTA_HOLDING_PHASES, Fault, Phase
-from cellscale_hub.scheduling.admission import Holder, Snapshot, Workload
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.scheduling.placement import SiteState, Spend

@@ -1,0 +1,356 @@
+"""Admission: which pending jobs get quota now, which admitted jobs to preempt, and why the
+rest wait. Pure functions over a `Snapshot`; the controller builds the snapshot from the
+store and applies the `Decision`.
+
+Rules, in order:
+- **All or nothing**: a job is admitted on one flavor with all its GPUs, CPUs and memory, or
+  not at all.
+- **Quota**, per resource: a ClusterQueue uses its nominal quota, then borrows from its
+  cohort tree up to its `borrowing_limit`; the tree's shared pool is every queue's lendable
+  quota (nominal less what its `lending_limit` keeps private). A resource the queue has no
+  quota on is bounded by capacity only. A flavor's physical capacity caps it all.
+- **Order**: priority class, then hierarchical fair share (see `fairshare`; usage is
+  weighed in GPU-equivalents, `Tenancy.resource_weights`), then submit time. A queue is
+  strictly ordered: when its head cannot fit, nothing behind it in that queue goes first (a
+  big gang is never starved by small ones), and no other queue of the same tree may
+  *borrow* that flavor in this cycle (the head keeps its claim).
+- **Preemption**: a head that fits within its own nominal quota reclaims GPUs lent to
+  borrowing queues; a head may also preempt lower-priority jobs of its own queue. Victims
+  are chosen to lose the least work (weighted resource-seconds since their last checkpoint),
+  then lower priority, then the most-borrowing queue; the fewest victims that make room.
+
+This module is the cycle itself (`schedule` and its steps); the data it reads and decides are
+in `types`, the quota bookkeeping in `usage`, victim choice in `preemption`, the site offers
+and the budget gate in `offers`, and the words of each pending reason in `why`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from cellscale.vocabulary import PendingCode
+from cellscale_hub.scheduling.fairshare import FairTree
+from cellscale_hub.scheduling.offers import across_sites, over_budget, site_offers
+from cellscale_hub.scheduling.placement import Offer, choose
+from cellscale_hub.scheduling.preemption import make_room, victim_reason
+from cellscale_hub.scheduling.resources import Amounts, capacity_of
+from cellscale_hub.scheduling.service import Service
+from cellscale_hub.scheduling.state import Cycle, claimant
+from cellscale_hub.scheduling.types import Admission, Decision, Preemption, Snapshot, Workload
+from cellscale_hub.scheduling.usage import Usage, held_per_queue
+from cellscale_hub.scheduling.why import (
+    behind_reservation,
+    behind_words,
+    blocked_reason,
+    head_words,
+    never_fits_reason,
+    placed_words,
+    queued,
+    short_code,
+    site_reason,
+)
+from cellscale_hub.tenancy import Tenancy
+
+PREEMPTING_PER_QUEUE = 8  # waiting jobs of one queue that may choose victims in one cycle
+
+
+@dataclass
+class Line:
+    """One ClusterQueue's waiting jobs in a cycle, in order (`_queues`), and what the jobs
+    already looked at decided for those behind them."""
+
+    jobs: list[Workload]
+    at: int = 0
+    waiting: list[Workload] = field(default_factory=list)  # jobs looked at that still wait, in order
+    reserved: dict[str, tuple[Workload, float | None]] = field(default_factory=dict)  # flavor -> (head, its start)
+    failed: dict[str, Amounts] = field(default_factory=dict)  # flavor -> the smallest demand that did not fit
+    behind: dict[str, dict] = field(default_factory=dict)  # flavor -> the jobs waiting behind its reservation
+    may_preempt: int = PREEMPTING_PER_QUEUE
+    timed: bool = False  # some job of it has a time limit (may backfill before a reservation)
+
+    @property
+    def job(self) -> Workload:
+        return self.jobs[self.at]
+
+    @property
+    def head(self) -> Workload | None:
+        """The first job of the queue that waits."""
+        return self.waiting[0] if self.waiting else None
+
+    def advance(self) -> bool:
+        """Next job; False when none is left."""
+        self.at += 1
+        return self.at < len(self.jobs)
+
+    def usable(self, job: Workload, flavors: list[str], now: float) -> list[str]:
+        """The flavors this job may take now: not one a head of its queue reserved, unless its
+        time limit ends before that head's estimated start (backfill that delays nobody)."""
+        out = []
+        for f in flavors:
+            reservation = self.reserved.get(f)
+            if reservation is None:
+                out.append(f)
+                continue
+            start = reservation[1]
+            if job.time_limit_s is not None and start is not None and now + job.time_limit_s <= start:
+                out.append(f)
+        return out
+
+    def hopeless(self, job: Workload, flavors: list[str]) -> bool:
+        """A smaller job of this queue already did not fit on each flavor (usage only grows
+        within a cycle): this one cannot either."""
+        return all(f in self.failed and job.demand.covers(self.failed[f]) for f in flavors)
+
+    def note_failed(self, job: Workload, flavors: list[str]) -> None:
+        for f in flavors:
+            known = self.failed.get(f)
+            if known is None or known.covers(job.demand):
+                self.failed[f] = job.demand
+
+
+def schedule(snap: Snapshot) -> Decision:
+    """One admission cycle over `snap`, by the rules above."""
+    run = _Run(snap)
+    for cq in list(run.lines):
+        if run.waits_anyway(cq):
+            run.next_of(cq)
+    while run.lines:
+        run.step(run.next_queue())
+    return run.decision
+
+
+class _Run:
+    """One cycle over a snapshot: each queue's `Line`, the usage and fair-share use so far,
+    the cycle's state and the decision being built. Its methods are the cycle's steps."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        t = snap.tenancy
+        self.snap = snap
+        self.weights = t.resource_weights
+        service = Service(t.ordering, self.weights, snap.now)
+        held = held_per_queue(snap.holders)
+        self.usage = Usage(t, {f: capacity_of(c) for f, c in snap.capacity.items()}, held)
+        self.tree = FairTree.of(t)
+        self.queue_use = dict(snap.history)
+        for (cq, _), amounts in held.items():
+            self.queue_use[cq] = self.queue_use.get(cq, 0.0) + amounts.weight(self.weights)
+        queues = _queues(snap.pending, service)
+        self.lines = {cq: Line(jobs, timed=any(j.time_limit_s for j in jobs)) for cq, jobs in queues.items()}
+        self.decision = Decision()
+        self.cycle = Cycle(service, leaving={h.job_id: h for h in snap.holders if h.preempting})
+        self.flavors_of = {cq: _by_kind(t, list(t.cluster_queues[cq].quotas)) for cq in self.lines}
+
+    def waits_anyway(self, cq: str) -> bool:
+        """The queue's current job cannot start now, whatever other queues do (its reason is
+        set): a cycle over 100k waiting jobs chooses between queues only for the others."""
+        snap, cycle, decision = self.snap, self.cycle, self.decision
+        line = self.lines[cq]
+        job = line.job
+        flavors = _flavors(self.flavors_of[cq], job)
+        too_big = cycle.never_fits(snap, job, flavors) if flavors else None
+        if not flavors or too_big:
+            decision.pending[job.job_id] = never_fits_reason(job, too_big)
+            return True
+        held = over_budget(snap, job)
+        if held is not None:
+            decision.pending[job.job_id] = held
+            return True
+        usable = line.usable(job, flavors, snap.now)
+        if not usable or line.hopeless(job, usable):
+            self.wait_behind(line, job, flavors, usable)
+            return True
+        return False
+
+    def next_of(self, cq: str) -> None:
+        """On to the queue's next job that may start now; the queue leaves when none is left."""
+        line = self.lines[cq]
+        while line.advance():
+            if not self.waits_anyway(cq):
+                return
+        del self.lines[cq]
+
+    def next_queue(self) -> str:
+        """The queue whose current job goes next (`_order`)."""
+        lines, usage, tree, service = self.lines, self.usage, self.tree, self.cycle.service
+        node_use = tree.node_usage(self.queue_use)
+        return min(
+            lines,
+            key=lambda c: _order(
+                usage, _flavors(self.flavors_of[c], lines[c].job), lines[c].job, tree.key(c, node_use), service
+            ),
+        )
+
+    def step(self, cq: str) -> None:
+        """The queue's current job starts on a flavor (at a site, when it has a choice of
+        sites), or waits: behind its queue's first waiting job, or as that first job."""
+        snap, usage, cycle = self.snap, self.usage, self.cycle
+        line = self.lines[cq]
+        job = line.job
+        flavors = _flavors(self.flavors_of[cq], job)
+        usable = line.usable(job, flavors, snap.now)
+        offers = site_offers(snap, usage, job, usable, cycle) if across_sites(snap, usable) else None
+        best = choose(offers) if offers else None
+        if offers is None:
+            flavor = _choose_flavor(usage, job, usable, cycle)
+        else:
+            flavor = best.flavor if best is not None and best.fits_now else None
+        if flavor is not None:
+            self.admit(cq, job, flavor, best, offers)
+            self.next_of(cq)
+            return
+        if offers is not None:
+            usable = [best.flavor] if best is not None else []
+        if line.head is not None:
+            self.wait_behind(line, job, flavors, usable, preempt=True)
+            if offers is None:
+                line.note_failed(job, usable)
+            self.next_of(cq)
+            return
+        self.head_waits(cq, line, job, usable, best, offers)
+
+    def admit(self, cq: str, job: Workload, flavor: str, best: Offer | None, offers: list[Offer] | None) -> None:
+        usage, cycle = self.usage, self.cycle
+        usage.add(cq, flavor, job.demand)
+        self.queue_use[cq] = self.queue_use.get(cq, 0.0) + job.demand.weight(self.weights)
+        placed = placed_words(self.snap, job, best, offers, cycle) if offers else None
+        if offers and best.cloud:
+            cycle.spent[job.tenant] = cycle.spent.get(job.tenant, 0.0) + best.total_usd
+        self.decision.admit.append(Admission(job.job_id, flavor, usage.borrowed(cq, flavor), placed))
+
+    def head_waits(
+        self, cq: str, line: Line, job: Workload, usable: list[str], best: Offer | None, offers: list[Offer] | None
+    ) -> None:
+        """The first waiting job of its queue: it may choose victims, gets its reason, and
+        claims its flavors (reserves them, once it has waited long enough); when nothing
+        behind it may start anywhere, its whole queue waits behind it."""
+        snap, usage, cycle, decision = self.snap, self.usage, self.cycle, self.decision
+        line.waiting.append(job)
+        if usable and usable[0] in snap.sites:  # heads that wait for this site later queue behind its queue
+            acc = cycle.waiting_for.setdefault(usable[0], [0, 0, 0])
+            for i, amount in enumerate(queued_from(line.jobs, line.at, snap.unlisted.get(cq))):
+                acc[i] += amount
+        for victim in make_room(snap, usage, job, usable, cycle) if usable else ():
+            decision.preempt.append(
+                Preemption(victim.job_id, job.job_id, victim_reason(usage, victim, job, cycle.service))
+            )
+        line.may_preempt -= 1
+        if offers is None:
+            reason = blocked_reason(snap, usage, job, usable, cycle)
+        else:
+            reason = site_reason(snap, usage, job, best, offers, cycle)
+        reserves = cycle.service.reserves(job)
+        decision.pending[job.job_id] = head_words(reason, job, cycle.service, reserves, line.at + 1 < len(line.jobs))
+        if offers is None:
+            line.note_failed(job, usable)
+        for f in usable:  # no other queue of its tree may borrow there now (the head keeps its claim)
+            if (usage.root[cq], f) not in cycle.claims:
+                cycle.claims[usage.root[cq], f] = job
+                cycle.claim_start[usage.root[cq], f] = reason.estimated_start
+            if reserves:
+                line.reserved[f] = (job, reason.estimated_start)
+        if reserves and (
+            not snap.tenancy.ordering.backfill
+            or (not line.timed and line.reserved.keys() >= set(sum(self.flavors_of[cq], [])))
+        ):
+            decision.pending.queue_behind(job, line.jobs[line.at + 1 :], start=len(line.waiting) + 1, words=queued)
+            del self.lines[cq]  # nothing behind it may start anywhere: they wait in order
+            return
+        self.next_of(cq)
+
+    def wait_behind(
+        self, line: Line, job: Workload, flavors: list[str], usable: list[str], preempt: bool = False
+    ) -> None:
+        """A job behind its queue's first waiting job that does not start: it may still choose
+        victims (a few per queue per cycle: for service, or reclaiming its desk's lent GPUs), and
+        its reason is built only when someone asks (a queue of 10k costs no 10k reasons)."""
+        snap, usage, cycle, decision = self.snap, self.usage, self.cycle, self.decision
+        waiting = line.waiting  # only grows: the jobs ahead of this one stay its first position - 1
+        waiting.append(job)
+        position = len(waiting)
+        if preempt and usable and line.may_preempt > 0:
+            line.may_preempt -= 1
+            for victim in make_room(snap, usage, job, usable, cycle):
+                decision.preempt.append(
+                    Preemption(victim.job_id, job.job_id, victim_reason(usage, victim, job, cycle.service))
+                )
+        flavor = None if usable else next((f for f in flavors if f in line.reserved), None)
+        if flavor is not None:
+            members = line.behind.get(flavor)
+            if members is None:
+                head, start = line.reserved[flavor]
+                members = line.behind[flavor] = decision.pending.group(
+                    PendingCode.Queued,
+                    lambda job, position, head=head, flavor=flavor, start=start: behind_reservation(
+                        job, head, flavor, start, position, cycle.service
+                    ),
+                )
+            members[job.job_id] = (job, position)
+            return
+        decision.pending.later(
+            job.job_id,
+            short_code(usage, cycle, job, usable),
+            lambda: behind_words(
+                blocked_reason(snap, usage, job, usable, cycle), job, waiting[: position - 1], position, cycle.service
+            ),
+        )
+
+
+def queued_from(jobs: list[Workload], at: int, unlisted: Amounts | None = None) -> Amounts:
+    """The demand of a queue's head (`jobs[at]`) and of every job waiting behind it, listed
+    or not: what a head of another queue that waits for the same place waits behind. The
+    whole queue, not the head alone: a head that counted only the heads before it would see
+    its site a few ends away however many thousands queue there, so waiting would always look
+    cheaper than moving."""
+    total = unlisted or Amounts()
+    for job in jobs[at:]:
+        total = total.plus(job.demand)
+    return total
+
+
+def _order(usage: Usage, flavors: list[str], job: Workload, fair_key: tuple[float, ...], service: Service):
+    """Jobs within their queue's nominal quota before jobs that would borrow (as in Kueue: a
+    loan is never made in the cycle that needs it back), then priority, then (among jobs that
+    would borrow) the least service received: idle GPUs go to short work first, whichever
+    desk it belongs to; then fair share, age."""
+    borrows = all(usage.borrows(job.cluster_queue, f, job.demand) for f in flavors)
+    level = service.of_job(job) if borrows else 0
+    return (borrows, -job.priority, level, fair_key, job.submitted, job.job_id)
+
+
+def _queues(pending: Iterable[Workload], service: Service) -> dict[str, list[Workload]]:
+    """Each queue's jobs in order: priority, then the least service received (`service`),
+    then submit time."""
+    queues: dict[str, list[Workload]] = defaultdict(list)
+    for job in pending:
+        queues[job.cluster_queue].append(job)
+    for jobs in queues.values():
+        jobs.sort(key=lambda j: (-j.priority, service.of_job(j), j.submitted, j.job_id))
+    return queues
+
+
+def _by_kind(t: Tenancy, own: list[str]) -> tuple[list[str], list[str]]:
+    """The queue's flavors (in its order) for GPU jobs, and for CPU jobs: its CPU pools when
+    it has any (so CPU work never takes the cores of GPU nodes that GPU jobs need), else all."""
+    pools = [f for f in own if t.flavors[f].cpu_only]
+    return [f for f in own if not t.flavors[f].cpu_only], pools or own
+
+
+def _flavors(own: tuple[list[str], list[str]], job: Workload) -> list[str]:
+    """The queue's flavors (in its order) this job may use."""
+    kind = own[1] if job.gpus == 0 else own[0]
+    return kind if job.flavors is None else [f for f in kind if f in job.flavors]
+
+
+def _choose_flavor(usage: Usage, job: Workload, flavors: list[str], cycle: Cycle) -> str | None:
+    """The first flavor that fits, preferring one that needs no borrowing (Kueue's
+    flavor fungibility); a flavor a blocked head of this tree claims allows no borrowing."""
+    cq = job.cluster_queue
+    within = [f for f in flavors if not usage.borrows(cq, f, job.demand)]
+    for f in within + [f for f in flavors if f not in within]:
+        if usage.borrows(cq, f, job.demand) and claimant(usage, cycle, job, f):
+            continue
+        if usage.fits(cq, f, job.demand):
+            return f
+    return None

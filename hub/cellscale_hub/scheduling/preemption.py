@@ -1,0 +1,129 @@
+"""Victim choice: which admitted jobs a waiting head preempts, and the reason each victim is
+given. Victims are chosen to lose the least work (weighted resource-seconds since their last
+checkpoint), then lower priority, then the most-borrowing queue; the fewest victims that
+make room.
+"""
+
+from __future__ import annotations
+
+from cellscale.vocabulary import Resource
+from cellscale_hub.scheduling.resources import RESOURCES, amount_words
+from cellscale_hub.scheduling.service import Service
+from cellscale_hub.scheduling.state import Cycle
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
+from cellscale_hub.scheduling.usage import Usage
+
+
+def make_room(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], cycle: Cycle) -> list[Holder]:
+    """Promise `job` the GPUs of jobs already being preempted, or choose new victims, on its
+    first flavor where that makes it fit; returns the new victims. A victim's GPUs are
+    promised to one head only: the next head does not count on them."""
+    for flavor in flavors:
+        if usage.fits(job.cluster_queue, flavor, job.demand):
+            continue  # it fits but may not borrow there now: another head claimed it (HeldForAhead)
+        leaving = [h for h in cycle.leaving.values() if h.flavor == flavor]
+        enough = _fewest(usage, job, flavor, leaving)
+        if enough is not None:
+            _promise(cycle, job, enough)
+            return []
+        candidates = sorted(_candidates(snap, usage, job, flavor, cycle), key=lambda h: _loss(snap, usage, h))
+        chosen = _fewest(usage.without(leaving), job, flavor, candidates, lenders_only=True)
+        if chosen:
+            _promise(cycle, job, leaving + chosen)
+            return chosen
+    return []
+
+
+def _promise(cycle: Cycle, job: Workload, victims: list[Holder]) -> None:
+    for victim in victims:
+        cycle.leaving.pop(victim.job_id, None)
+        cycle.taken.add(victim.job_id)
+    cycle.promised[job.job_id] = victims
+
+
+def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle: Cycle) -> list[Holder]:
+    """The holders on `flavor` that `job` may preempt, in no particular order (the caller
+    sorts them by `_loss`). A queue's conditions are checked once per queue, not per holder."""
+    cq = job.cluster_queue
+    within_nominal = not usage.borrows(cq, flavor, job.demand)
+    level = cycle.service.of_job(job)
+    for_service = cycle.service.ordering.preempt_for_service  # else `victim_for` is False for every holder
+    out = []
+    for q, held in cycle.holders_by_queue(snap, flavor).items():
+        if q == cq:
+            for h in held:
+                if h.preempting or h.job_id in cycle.taken:
+                    continue
+                if h.priority < job.priority:
+                    out.append(h)  # priority preemption within the queue
+                elif for_service and h.priority == job.priority and cycle.service.victim_for(h, level):
+                    out.append(h)  # it received more service and just checkpointed: least service first
+        elif (within_nominal or for_service) and (
+            usage.has(q, flavor) and usage.root[q] == usage.root[cq] and usage.borrowing(q, flavor)
+        ):
+            for h in held:
+                if h.preempting or h.job_id in cycle.taken:
+                    continue
+                if within_nominal:
+                    out.append(h)  # reclaim what was lent
+                elif h.priority <= job.priority and cycle.service.victim_for(h, level):
+                    out.append(h)  # a loan to work of a higher level goes to less-served work (borrowWithinCohort)
+    return out
+
+
+def _loss(snap: Snapshot, usage: Usage, h: Holder):
+    """Weighted resource-seconds since the victim's last checkpoint (or start) first: the work
+    it loses."""
+    marks = [x for x in (h.last_checkpoint, h.started) if x is not None]
+    size = h.demand.weight(snap.tenancy.resource_weights)
+    work_lost = size * max(0.0, snap.now - max(marks)) if marks else 0.0
+    return (work_lost, h.priority, -usage.borrowed(h.cluster_queue, h.flavor), size, h.job_id)
+
+
+def _fewest(
+    usage: Usage, job: Workload, flavor: str, candidates: list[Holder], lenders_only: bool = False
+) -> list[Holder] | None:
+    """Take candidates in order until the job fits, then drop any it does not need after
+    all; None if even all of them are not enough. With `lenders_only`, another queue's job
+    is taken only while that queue still borrows."""
+    chosen: list[Holder] = []
+    trial = usage
+    for victim in candidates:
+        if trial.fits(job.cluster_queue, flavor, job.demand):
+            break
+        if (
+            lenders_only
+            and victim.cluster_queue != job.cluster_queue
+            and not trial.borrowing(victim.cluster_queue, flavor)
+        ):
+            continue  # that queue is back within its own quota
+        chosen.append(victim)
+        trial = usage.without(chosen)
+    if not trial.fits(job.cluster_queue, flavor, job.demand):
+        return None
+    for victim in reversed(list(chosen)):
+        rest = [v for v in chosen if v is not victim]
+        if usage.without(rest).fits(job.cluster_queue, flavor, job.demand):
+            chosen = rest
+    return chosen
+
+
+def victim_reason(usage: Usage, victim: Holder, job: Workload, service: Service) -> str:
+    if victim.cluster_queue == job.cluster_queue and victim.priority < job.priority:
+        return f"preempted for higher-priority job {job.job_id} in queue {job.cluster_queue}"
+    if victim.cluster_queue == job.cluster_queue or usage.borrows(job.cluster_queue, victim.flavor, job.demand):
+        borrowing = "" if victim.cluster_queue == job.cluster_queue else f" (borrowing {victim.flavor} GPUs)"
+        return (
+            f"preempted for job {job.job_id} of queue {job.cluster_queue}{borrowing}, which has received less service "
+            f"({job.attained / 3600:.1f} vs {service.received(victim) / 3600:.1f} GPU-hours; least service goes "
+            "first within a desk and among borrowers); it checkpointed "
+            f"{(service.now - victim.last_checkpoint) / 60:.0f} min ago and resumes from there"
+        )
+    resource = usage.borrowing(victim.cluster_queue, victim.flavor) or Resource.gpu
+    i = RESOURCES.index(resource)
+    lent = min(victim.demand[i], usage.borrowed(victim.cluster_queue, victim.flavor, i))
+    return (
+        f"reclaimed by {job.cluster_queue}: {victim.cluster_queue} was borrowing "
+        f"{amount_words(resource, lent, victim.flavor)} (this job held {victim.demand[i]}) that "
+        f"{job.cluster_queue} needs within its nominal quota for job {job.job_id}"
+    )
