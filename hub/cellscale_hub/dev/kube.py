@@ -55,7 +55,8 @@ from cellscale_hub import proc
 
 KUBE_VERSION = "1.20.2"
 SOURCE_PACKAGE = "kubernetes"  # bookworm: 1.20.5+really1.20.2-1.1+deb12u1 (upstream 1.20.2)
-PACKAGES = ("golang-go", "etcd-server", "dpkg-dev", "openssl", "golang-github-modern-go-reflect2-dev")
+# rsync: the source tree's hack/ scripts copy generated files with it (a fresh machine may lack it)
+PACKAGES = ("golang-go", "etcd-server", "dpkg-dev", "openssl", "rsync", "golang-github-modern-go-reflect2-dev")
 # 1.20 vendors reflect2 1.0.1, whose map iteration crashes under Go >= 1.18 ("fatal error: fault" in
 # UnsafeMapType.UnsafeIterate, on the first JSON map it sorts); Debian's 1.0.2 source replaces it
 REFLECT2 = Path("/usr/share/gocode/src/github.com/modern-go/reflect2")
