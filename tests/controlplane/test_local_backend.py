@@ -57,7 +57,7 @@ def test_restart_mid_job_neither_loses_nor_reruns_it(plane):
 
 def test_death_between_admit_and_submit_is_recovered_once(plane, monkeypatch):
     job = plane.submit(source="print('ran')").json()
-    monkeypatch.setattr(plane.controller, "launch", lambda *a: None)  # dies right after admitting
+    monkeypatch.setattr(plane.controller.attempts, "launch", lambda *a: None)  # dies right after admitting
     plane.controller.cycle()
     monkeypatch.undo()
     plane.restart()
