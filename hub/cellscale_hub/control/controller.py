@@ -38,6 +38,9 @@ log = logging.getLogger("cellscale.controller")
 
 
 class Controller:
+    """Runs the reconcilers, each step isolated, once a cycle: every `settings.interval` and at
+    once after wake(). Its constructor takes its collaborators and the one frozen Settings."""
+
     def __init__(
         self,
         store: Store,
@@ -83,7 +86,6 @@ class Controller:
     def settings(self, settings: Settings) -> None:
         """New settings for every reconciler, from its next step (tests and benchmarks retune a
         running controller)."""
-        settings = settings or Settings()
         self._settings = settings
         for reconciler in (self.admission, self.site_watch, self.metering, self.attempts):
             reconciler.settings = settings
