@@ -507,10 +507,11 @@ def serve(db_url: str, data_dir: Path, info_file: Path, sql_stats: bool) -> None
     import uvicorn
 
     from cellscale_hub.api import build_app
-    from cellscale_hub.api.context import Context, Settings
+    from cellscale_hub.api.context import Context
     from cellscale_hub.auth import ALL_SCOPES, Identity, Principal, Unauthenticated
     from cellscale_hub.bundles import BundleStore
     from cellscale_hub.control.controller import Controller
+    from cellscale_hub.control.settings import Settings
     from cellscale_hub.drivers.local import LocalDriver
     from cellscale_hub.store import Store
     from cellscale_hub.store.tenancy_book import TenancyBook
@@ -536,18 +537,8 @@ def serve(db_url: str, data_dir: Path, info_file: Path, sql_stats: bool) -> None
     tenancy = TenancyBook(store)
     tenancy.seed(Tenancy.from_yaml(TENANTS_FILE.read_text()), actor=f"file:{TENANTS_FILE}")
     bundles = BundleStore(bundles_root, quota_bytes=1024 * 2**20, grace_s=3600.0)
-    settings = Settings(fair_share_half_life_s=3600.0, preemption_grace_s=30.0, heartbeat_timeout_s=60.0)
-    controller = Controller(
-        store,
-        drivers,
-        jobs_root,
-        bundles,
-        tenancy,
-        interval=0.5,
-        preemption_grace_s=settings.preemption_grace_s,
-        fair_share_half_life_s=settings.fair_share_half_life_s,
-        heartbeat_timeout_s=settings.heartbeat_timeout_s,
-    )
+    settings = Settings(interval=0.5, fair_share_half_life_s=3600.0, preemption_grace_s=30.0, heartbeat_timeout_s=60.0)
+    controller = Controller(store, drivers, jobs_root, bundles, tenancy, settings)
     cycles: list[tuple[float, float]] = []  # (end wall time, seconds): the controller's own cycle, timed from outside
     cycle = controller.cycle
 
@@ -582,7 +573,7 @@ def serve(db_url: str, data_dir: Path, info_file: Path, sql_stats: bool) -> None
                 "pid": os.getpid(),
                 "socket_from": socket_from,
                 # a revision with event-driven admission also admits every admission_interval_s when idle
-                "admission_interval_s": getattr(controller, "admission_interval_s", None),
+                "admission_interval_s": settings.admission_interval_s,
             }
         )
     )

@@ -581,7 +581,7 @@ def main() -> None:
                 "gang": GANG,
                 "launcher": "torchrun",
                 "reps": reps,
-                "controller_interval_s": plane.controller.interval,
+                "controller_interval_s": plane.controller.settings.interval,
                 "slurm_sched_interval_s": 5,
             },
             "wall_s": wall,

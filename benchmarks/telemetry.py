@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import shutil
 import tempfile
@@ -361,7 +362,7 @@ def time_cycles(controller, cycles: int) -> dict:
         i += 1
         if len(times[arm]) >= cycles:
             continue
-        controller.meter_interval_s = arms[arm]
+        controller.settings = dataclasses.replace(controller.settings, meter_interval_s=arms[arm])
         t0 = time.perf_counter()
         controller.cycle()
         times[arm].append(time.perf_counter() - t0)
@@ -373,7 +374,7 @@ def profile_cycle(controller, arm: float, out: Path) -> list[str]:
     import io
     import pstats
 
-    controller.meter_interval_s = arm
+    controller.settings = dataclasses.replace(controller.settings, meter_interval_s=arm)
     prof = cProfile.Profile()
     prof.enable()
     controller.cycle()
@@ -429,9 +430,10 @@ def main() -> None:
     from cellscale_hub.auth import ALL_SCOPES, Identity, Principal, Unauthenticated
     from cellscale_hub.bundles import BundleStore
     from cellscale_hub.control.controller import Controller
+    from cellscale_hub.control.settings import Settings
+    from cellscale_hub.metrics import Metrics, State
     from cellscale_hub.store import Store
     from cellscale_hub.store.tenancy_book import TenancyBook
-    from cellscale_hub.metrics import Metrics, State
 
     class AdminIdentity(Identity):
         def principal(self, token: str) -> Principal:
@@ -468,8 +470,7 @@ def main() -> None:
             jobs_root,
             bundles,
             tenancy,
-            admission_interval_s=1e12,
-            meter_interval_s=METER_OFF,
+            Settings(admission_interval_s=1e12, meter_interval_s=METER_OFF),
             metrics=metrics,
         )
         metrics.watch(State(store, tenancy, drivers, controller.waiting))
@@ -481,12 +482,12 @@ def main() -> None:
         first_cycle_s = time.perf_counter() - t0
         codes = controller.waiting.codes()
         t0 = time.perf_counter()
-        controller.admit()
+        controller.admission.admit()
         admit_s = time.perf_counter() - t0
         for _ in range(2):
-            controller.meter_interval_s = 0.0
+            controller.settings = dataclasses.replace(controller.settings, meter_interval_s=0.0)
             controller.cycle()
-            controller.meter_interval_s = METER_OFF
+            controller.settings = dataclasses.replace(controller.settings, meter_interval_s=METER_OFF)
             controller.cycle()
         reasons: dict[str, int] = {}
         for code in codes.values():

@@ -4,11 +4,13 @@ Where things are (the arrows are the only imports allowed between rooms; import-
 checks the ones marked *):
 
     app.py        the process: ControlPlane (traitlets config), wiring of everything below
-    api/          HTTP: routes, admin API and page, log streaming (one watch per followed
-                    log), OAuth, one error format
+    api/          HTTP: one router per resource (desk, bundles, jobs, points, cost, admin
+                    API and page), log streaming (one watch per followed log), OAuth,
+                    one error format
                     -> placement, store, drivers, waiting (* never the controller)
     placement.py  where a submit goes (tenant → queue → backend) and typed refusals
-    controller.py the reconcile loop: admit, launch, observe, retry, preempt
+    control/      the reconcile loop (controller.py) and its reconcilers: admit.py,
+                    attempts.py (launch, observe, retry, preempt), sites.py; settings.py
     waiting.py    why each pending job waits: published by the controller, read by the API
     faults.py     fault classes → retry or give up (pure)
     lifecycle.py  which phase changes are legal; what an attempt's state means (pure)

@@ -26,14 +26,15 @@ from traitlets import Bool, Dict, Float, Integer, Unicode, default
 from traitlets.config import Application, Config
 
 from cellscale_hub.api import build_app
-from cellscale_hub.api.context import Context, Settings
-from cellscale_hub.auth import HubIdentity, StaticTokenIdentity
+from cellscale_hub.api.context import Context
+from cellscale_hub.auth import HubIdentity, Identity, StaticTokenIdentity
 from cellscale_hub.bundles import BundleStore
 from cellscale_hub.control.controller import Controller
+from cellscale_hub.control.settings import Settings
 from cellscale_hub.drivers import Driver, driver_class
+from cellscale_hub.metrics import Metrics, State
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
-from cellscale_hub.metrics import Metrics, State
 from cellscale_hub.tenancy import Tenancy
 
 PERSONAL_TENANT = "personal"
@@ -294,7 +295,20 @@ class ControlPlane(Application):
                     self.log.info("port %d of the last run is taken; listening on a new one", previous)
         return listening_socket(ip, port)
 
-    def start(self) -> None:
+    def settings(self) -> Settings:
+        """The traits the controller and the API run by, read once."""
+        return Settings(
+            interval=self.poll_interval,
+            preemption_grace_s=self.preemption_grace,
+            fair_share_half_life_s=self.fair_share_half_life,
+            heartbeat_timeout_s=self.heartbeat_timeout,
+            admission_interval_s=self.admission_interval,
+            meter_interval_s=self.meter_interval,
+            bundle_keep_succeeded_s=self.bundle_keep_succeeded,
+        )
+
+    def make_dirs(self) -> tuple[Path, Path, Path]:
+        """The data, jobs and bundles folders, made with their modes: (data, jobs_root, bundles_root)."""
         os.umask(0o077)  # what the control plane writes (store, bundles, job files before hand-over) is its own
         data = Path(self.data_dir)
         jobs_root, bundles_root = Path(self.jobs_root), data / "bundles"
@@ -304,6 +318,21 @@ class ControlPlane(Application):
         # jobs run as their owners: they may traverse to their own job dir (0700, theirs), list nothing
         jobs_root.chmod(0o711)
         data.chmod(0o711 if data in jobs_root.parents else 0o700)
+        return data, jobs_root, bundles_root
+
+    def make_identity(self, data: Path) -> tuple[Identity, HubOAuth | None, str, str | None]:
+        """Who a token is: (identity, hub_oauth, URL prefix, the personal token or None)."""
+        if self.personal:
+            token = _personal_token(data / "token")
+            return StaticTokenIdentity(token, getpass.getuser(), (PERSONAL_TENANT,)), None, "/", token
+        # HubOAuth's cache_max_age is whole seconds and 0 means forever: HubIdentity skips it for 0
+        cache_max_age = max(1, math.ceil(self.auth_cache_seconds))
+        hub_oauth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=cache_max_age)
+        identity = HubIdentity(hub_oauth, self.service_name, cache_seconds=self.auth_cache_seconds)
+        return identity, hub_oauth, os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/"), None
+
+    def start(self) -> None:
+        data, jobs_root, bundles_root = self.make_dirs()
         store = Store(self.db_url)
         store.migrate()
         _private_sqlite(store)
@@ -312,36 +341,10 @@ class ControlPlane(Application):
         bundles = BundleStore(bundles_root, quota_bytes=self.bundle_quota_mb * 2**20, grace_s=self.bundle_grace)
         metrics = Metrics()
         metrics.seed(store)
-        controller = Controller(
-            store,
-            drivers,
-            jobs_root,
-            bundles,
-            tenancy,
-            interval=self.poll_interval,
-            preemption_grace_s=self.preemption_grace,
-            fair_share_half_life_s=self.fair_share_half_life,
-            heartbeat_timeout_s=self.heartbeat_timeout,
-            admission_interval_s=self.admission_interval,
-            meter_interval_s=self.meter_interval,
-            bundle_keep_succeeded_s=self.bundle_keep_succeeded,
-            metrics=metrics,
-        )
+        settings = self.settings()
+        controller = Controller(store, drivers, jobs_root, bundles, tenancy, settings, metrics=metrics)
         sock = self.listen_socket()
-        if self.personal:
-            token = _personal_token(data / "token")
-            identity, hub_oauth, prefix = StaticTokenIdentity(token, getpass.getuser(), (PERSONAL_TENANT,)), None, "/"
-        else:
-            # HubOAuth's cache_max_age is whole seconds and 0 means forever: HubIdentity skips it for 0
-            cache_max_age = max(1, math.ceil(self.auth_cache_seconds))
-            hub_oauth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=cache_max_age)
-            identity = HubIdentity(hub_oauth, self.service_name, cache_seconds=self.auth_cache_seconds)
-            prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
-        settings = Settings(
-            fair_share_half_life_s=self.fair_share_half_life,
-            preemption_grace_s=self.preemption_grace,
-            heartbeat_timeout_s=self.heartbeat_timeout,
-        )
+        identity, hub_oauth, prefix, token = self.make_identity(data)
         ctx = Context(
             store=store,
             wake=controller.wake,
@@ -370,14 +373,20 @@ class ControlPlane(Application):
             store.engine.url.render_as_string(),
             list(drivers),
         )
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False))
         try:
-            server.run(sockets=[sock])
-        except KeyboardInterrupt:  # the hub stops its services with SIGINT/SIGTERM
-            pass
+            _serve(app, sock)
         finally:
             controller.stop()
             store.dispose()
+
+
+def _serve(app, sock: socket.socket) -> None:
+    """Serve the API on `sock` until the hub stops the service."""
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # the hub stops its services with SIGINT/SIGTERM
+        pass
 
 
 def listening_socket(ip: str, port: int) -> socket.socket:

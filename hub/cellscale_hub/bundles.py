@@ -6,17 +6,26 @@ shared with them explicitly, so knowing a hash (a desk-mate sees it in the job's
 enough. Each user's bundles are bounded in bytes, and a bundle no waiting or running job
 refers to is removed once it is older than a grace period (the time between an upload and
 its submit). Layout: `<root>/<owner>/<sha256>`, directories 0700, owned by the control plane.
+The controller runs `sweep_bundles` every `bundle_sweep_s`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+
+from cellscale_hub.store import Store
+from cellscale_hub.store import jobs as q
+from cellscale_hub.store.models import utcnow
+
+log = logging.getLogger("cellscale.bundles")
 
 SAFE_OWNER = re.compile(r"^[a-z0-9][a-z0-9._@-]{0,63}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -102,6 +111,17 @@ class BundleStore:
 
     def _path(self, owner: str, sha: str) -> Path:
         return self.root / _folder(owner) / sha
+
+
+def sweep_bundles(store: Store, bundles: BundleStore, keep_succeeded_s: float) -> None:
+    """Remove input bundles no waiting or running job uses (nor one that succeeded lately),
+    once past their grace period."""
+    since = utcnow() - timedelta(seconds=keep_succeeded_s) if keep_succeeded_s else None
+    with store.session() as session:
+        in_use = q.bundles_in_use(session, since)
+    removed = bundles.sweep(in_use)
+    if removed:
+        log.info("removed %d input bundle(s) no job uses any more", removed)
 
 
 def _folder(owner: str) -> str:

@@ -5,6 +5,7 @@ in tests/integration against a real JupyterHub)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -16,9 +17,10 @@ from cellscale_hub.api.context import Context
 from cellscale_hub.auth import ALL_SCOPES, SCOPE_READ, Identity, Principal, Unauthenticated
 from cellscale_hub.bundles import BundleStore
 from cellscale_hub.control.controller import Controller
+from cellscale_hub.control.settings import Settings
 from cellscale_hub.drivers.local import LocalDriver
-from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.metrics import Metrics, State
+from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy
 from cellscale_hub.waiting import WaitingBoard
 
@@ -100,10 +102,14 @@ class Plane:
             self.jobs_root,
             self.bundles,
             self.tenancy,
+            Settings(**settings),
             waiting=self.waiting,
             metrics=self.metrics,
-            **settings,
         )
+
+    def tune(self, **settings):
+        """Retune the running controller: its settings are one frozen object, replaced whole."""
+        self.controller.settings = dataclasses.replace(self.controller.settings, **settings)
 
     def as_(self, user: str) -> dict:
         return {"Authorization": f"token {user}"}

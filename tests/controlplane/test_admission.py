@@ -90,7 +90,7 @@ def test_borrowing_then_why_pending_in_plain_words(plane):
 
 
 def test_reclaim_warns_the_borrower_which_checkpoints_requeues_and_resumes(plane, tmp_path):
-    plane.controller.preemption_grace_s = 20
+    plane.tune(preemption_grace_s=20)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     borrower = plane.submit(
@@ -117,7 +117,7 @@ def test_reclaim_warns_the_borrower_which_checkpoints_requeues_and_resumes(plane
 
 
 def test_priority_preemption_within_a_queue(plane, tmp_path):
-    plane.controller.preemption_grace_s = 2
+    plane.tune(preemption_grace_s=2)
     low = plane.submit(source="import time\ntime.sleep(60)", resources={"gpus_per_node": 4}, priority="low").json()
     plane.run_until(low["id"], {Phase.RUNNING})
     urgent = plane.submit(
@@ -132,11 +132,11 @@ def test_priority_preemption_within_a_queue(plane, tmp_path):
 
 
 def test_admission_runs_when_something_changed_not_every_tick(plane, monkeypatch):
-    import cellscale_hub.control.controller as controller_module
+    import cellscale_hub.control.admit as admit_module
 
     calls = []
-    real = controller_module.schedule
-    monkeypatch.setattr(controller_module, "schedule", lambda snap: calls.append(snap) or real(snap))
+    real = admit_module.schedule
+    monkeypatch.setattr(admit_module, "schedule", lambda snap: calls.append(snap) or real(snap))
     big = plane.submit("alice", source="import time\ntime.sleep(60)", resources={"gpus_per_node": 4}).json()
     plane.run_until(big["id"], {Phase.RUNNING})
     waiting = plane.submit("carol", resources={"gpus_per_node": 2}).json()  # her desk holds all 4 GPUs
@@ -146,9 +146,9 @@ def test_admission_runs_when_something_changed_not_every_tick(plane, monkeypatch
     for _ in range(5):  # nothing changes: the queue is not re-scored every tick
         plane.controller.cycle()
     assert len(calls) == scored
-    plane.controller.admission_interval_s = 0  # the timer (fair share decays, estimates age) comes round
+    plane.tune(admission_interval_s=0)  # the timer (fair share decays, estimates age) comes round
     plane.controller.cycle()
     assert len(calls) == scored + 1
     plane.http.post(f"/api/jobs/{big['id']}/cancel", headers=plane.as_("alice"))  # an event: the GPUs free up
-    plane.controller.admission_interval_s = 3600
+    plane.tune(admission_interval_s=3600)
     plane.run_until(waiting["id"], {Phase.RUNNING, Phase.SUCCEEDED})

@@ -168,7 +168,7 @@ def test_bundles_are_content_addressed_and_size_limited(plane, monkeypatch):
     first = plane.http.post("/api/bundles", content=b"abc", headers=plane.as_("alice")).json()
     again = plane.http.post("/api/bundles", content=b"abc", headers=plane.as_("alice")).json()
     assert first == again and first["size"] == 3
-    monkeypatch.setattr("cellscale_hub.api.routes.MAX_INPUTS_BYTES", 10)
+    monkeypatch.setattr("cellscale_hub.api.bundles.MAX_INPUTS_BYTES", 10)
     response = plane.http.post("/api/bundles", content=b"x" * 11, headers=plane.as_("alice"))
     assert response.status_code == 413
 

@@ -10,6 +10,7 @@ from cellscale.client import Client
 from cellscale.promote import promote
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import TERMINAL_PHASES as TERMINAL
+from cellscale_hub.bundles import sweep_bundles
 
 DATA = b"\x80\x05alice's pickled inputs\x00\xff"
 
@@ -90,8 +91,7 @@ def test_a_succeeded_jobs_bundle_outlives_the_grace_for_promote_then_goes(plane)
     job = plane.submit("alice", source="print(x)", input_names=["x"], inputs_sha256=used).json()
     assert plane.run_until(job["id"], TERMINAL)["phase"] == "SUCCEEDED"
     plane.bundles.grace_s = 0
-    plane.controller.sweep_bundles()
+    sweep_bundles(plane.store, plane.bundles, plane.controller.settings.bundle_keep_succeeded_s)
     assert plane.bundles.path("alice", used) is not None and plane.bundles.path("alice", unused) is None
-    plane.controller.bundle_keep_succeeded_s = 1e-6
-    plane.controller.sweep_bundles()
+    sweep_bundles(plane.store, plane.bundles, keep_succeeded_s=1e-6)
     assert plane.bundles.path("alice", used) is None

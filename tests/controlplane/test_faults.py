@@ -140,7 +140,7 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(plane, tmp_p
 
 
 def test_a_hung_attempt_is_detected_by_its_silence_and_retried(plane, tmp_path):
-    plane.controller.heartbeat_timeout_s = 6
+    plane.tune(heartbeat_timeout_s=6)
     job, _ = submit_training(plane, tmp_path)
     wait_for_step(plane, job["id"], 7)
     supervisor = json.loads((plane.jobs_root / job["id"] / "attempts" / "1" / "node0" / "started").read_text())["pid"]
@@ -181,7 +181,7 @@ def test_a_user_error_is_retried_when_asked(plane):
 
 
 def test_preemption_by_a_higher_priority_job_checkpoints_and_resumes(plane, tmp_path):
-    plane.controller.preemption_grace_s = 30
+    plane.tune(preemption_grace_s=30)
     job, _ = submit_training(plane, tmp_path, resources={"gpus_per_node": 4}, priority="low")
     wait_for_step(plane, job["id"], 8)
     urgent = plane.submit(
@@ -217,7 +217,7 @@ def test_a_short_cell_preempts_its_desks_long_training_for_service(tmp_path, sto
     just checkpointed), runs, and the training resumes to the same result."""
     ordering = Ordering(service_levels_gpu_hours=[0.001])
     plane = Plane(tmp_path, store, tenancy=TENANCY.model_copy(update={"ordering": ordering}))
-    plane.controller.preemption_grace_s = 30
+    plane.tune(preemption_grace_s=30)
     job, _ = submit_training(plane, tmp_path, resources={"gpus_per_node": 4})
     wait_for_step(plane, job["id"], 8)
     cell = plane.submit(user="carol", source="print('a short cell')", resources={"gpus_per_node": 1}).json()

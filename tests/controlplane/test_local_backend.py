@@ -57,7 +57,7 @@ def test_restart_mid_job_neither_loses_nor_reruns_it(plane):
 
 def test_death_between_admit_and_submit_is_recovered_once(plane, monkeypatch):
     job = plane.submit(source="print('ran')").json()
-    monkeypatch.setattr(plane.controller, "launch", lambda *a: None)  # dies right after admitting
+    monkeypatch.setattr(plane.controller.attempts, "launch", lambda *a: None)  # dies right after admitting
     plane.controller.cycle()
     monkeypatch.undo()
     plane.restart()
@@ -119,10 +119,10 @@ def test_a_cancel_as_the_job_starts_ends_it_cancelled_not_lost(plane):
 
 def test_a_cancel_between_admission_and_launch_submits_nothing(plane):
     job = plane.submit(source="print('never')").json()
-    launches = plane.controller.admit()  # admitted; its launch comes after the cancel
+    launches = plane.controller.admission.admit()  # admitted; its launch comes after the cancel
     assert plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice")).status_code == 200
     for admitted, attempt in launches:
-        plane.controller.launch(plane.driver, admitted, attempt)
+        plane.controller.attempts.launch(plane.driver, admitted, attempt)
     done = plane.run_until(job["id"], TERMINAL, timeout=60)
     attempt = done["attempts"][-1]
     assert done["phase"] == "CANCELLED" and attempt["state"] == "CANCELLED" and attempt["backend_ref"] is None
@@ -134,7 +134,7 @@ def test_a_cancel_before_a_deferred_launch_still_stops_the_job(plane):
     """The cycle after the cancel finds nothing submitted to stop (and must not count the cancel as
     sent), then launches the attempt admission left for it: the next cycle stops it."""
     job = plane.submit(source="import time\ntime.sleep(300)").json()
-    plane.controller.admit()  # admitted; its launch is left to a later cycle
+    plane.controller.admission.admit()  # admitted; its launch is left to a later cycle
     assert plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("alice")).status_code == 200
     done = plane.run_until(job["id"], TERMINAL, timeout=60)
     assert done["phase"] == "CANCELLED" and done["attempts"][-1]["state"] == "CANCELLED", done["attempts"]
@@ -246,7 +246,7 @@ def test_a_backend_that_does_not_answer_stalls_no_other(tmp_path, store):
 
 
 def test_a_burst_is_launched_in_batches_between_polls(plane):
-    plane.controller.launches_per_cycle = 2
+    plane.tune(launches_per_cycle=2)
     jobs = [plane.submit(source="pass").json()["id"] for _ in range(5)]
     plane.controller.cycle()
     phases = [plane.http.get(f"/api/jobs/{j}", headers=plane.as_("alice")).json()["phase"] for j in jobs]

@@ -108,7 +108,7 @@ def test_burst_only_when_allowed(tmp_path, store):
 def test_a_lost_site_keeps_running_work_unknown_and_moves_what_never_started(tmp_path, store):
     plane = sites_plane(tmp_path, store)
     dca, dcb = plane.drivers["dca"], plane.drivers["dcb"]
-    plane.controller.site_lost_timeout_s = 0.0
+    plane.tune(site_lost_timeout_s=0.0)
     dca.lost = True
     job = plane.submit(
         resources={"gpus_per_node": 1}, source="print('moved')", site="auto"
@@ -147,7 +147,7 @@ def test_a_stockout_closes_the_pool_and_the_job_is_placed_elsewhere(tmp_path, st
 
 def test_a_spot_reclaim_notice_preempts_with_the_checkpoint_warning(tmp_path, store):
     plane = sites_plane(tmp_path, store)
-    plane.controller.preemption_grace_s = 1.0
+    plane.tune(preemption_grace_s=1.0)
     dca = plane.drivers["dca"]
     job = plane.submit(resources={"gpus_per_node": 1}, source="import time\ntime.sleep(600)").json()
     plane.run_until(job["id"], {Phase.RUNNING})

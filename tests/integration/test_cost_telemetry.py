@@ -78,7 +78,7 @@ def plane(tmp_path, slurm_cluster, accounts):
     conf = slurm_cluster.env["SLURM_CONF"]
     driver = SlurmDriver(name="dca", partition="gpu", slurm_conf=conf, master_addr="127.0.0.1")
     the_plane = Plane(tmp_path, store, drivers={"dca": driver}, tenancy=tenancy(a, b), jobs_root=jobs_root)
-    the_plane.controller.meter_interval_s = 1.0
+    the_plane.tune(meter_interval_s=1.0)
     yield the_plane
     for job in the_plane.http.get("/api/jobs?scope=all&limit=100", headers=the_plane.as_("admin")).json()["items"]:
         if not Phase(job["phase"]).terminal:

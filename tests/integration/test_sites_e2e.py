@@ -91,7 +91,7 @@ def plane(tmp_path, slurm_cluster):
     }
     drivers["dca"].shares_accounts_with = ["burst"]
     the_plane = Plane(tmp_path, store, drivers=drivers, tenancy=site_tenancy(), jobs_root=jobs_root)
-    the_plane.controller.cloud_bill_interval_s = 0.0
+    the_plane.tune(cloud_bill_interval_s=0.0)
     yield the_plane
     for job in the_plane.http.get("/api/jobs?scope=all&limit=500", headers=the_plane.as_("admin")).json()["items"]:
         if Phase(job["phase"]) not in TERMINAL:
@@ -183,7 +183,7 @@ def test_both_sites_full_and_budget_left_bursts_billed_to_the_cent(plane, slurm_
         if i["node"] in nodes and i["stopped"] and i["requested"] >= _epoch(submitted) - 5
     ]
     assert len(mine) == 2, ledger["instances"]
-    plane.controller.bill_cloud("burst", plane.drivers["burst"])
+    plane.controller.metering.bill_cloud("burst", plane.drivers["burst"])
     billed = job(plane, cell["id"])["attempts"][0]["cloud_usd"]
     cloud_usd = sum(i["dollars"] for i in mine)
     assert billed == pytest.approx(cloud_usd, rel=0.01), (billed, mine)
@@ -237,7 +237,7 @@ def test_a_stockout_powers_the_nodes_down_and_the_job_goes_elsewhere(plane, slur
 
 
 def test_a_spot_reclaim_checkpoints_and_resumes_elsewhere_to_the_same_result(plane, slurm_cluster):
-    plane.controller.preemption_grace_s = 20
+    plane.tune(preemption_grace_s=20)
     fill(plane, "dca", 2, 40)
     fill(plane, "dca", 2, 40)
     fill(plane, "dcb", 2, 40)
@@ -258,7 +258,7 @@ def test_a_spot_reclaim_checkpoints_and_resumes_elsewhere_to_the_same_result(pla
 
 
 def test_a_dead_dcb_controller_moves_what_had_not_started_and_nothing_runs_twice(plane, slurm_cluster):
-    plane.controller.site_lost_timeout_s = 5
+    plane.tune(site_lost_timeout_s=5)
     plane.drivers["dcb"].command_timeout = 5  # a dead controller: give up on each query sooner
     dcb_env = os.environ | slurm_cluster.sites.dcb_env
     # a job outside cellscale holds b1, so Slurm keeps cellscale's dcb job waiting

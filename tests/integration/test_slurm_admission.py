@@ -101,7 +101,7 @@ def submit_checkpointing(plane, cluster, *, nodes: int, steps: int, step_s: floa
 
 
 def test_borrowed_gpus_are_reclaimed_with_a_warning_and_the_borrower_resumes(slurm_plane, slurm_cluster):
-    slurm_plane.controller.preemption_grace_s = 60
+    slurm_plane.tune(preemption_grace_s=60)
     borrower = submit_checkpointing(slurm_plane, slurm_cluster, nodes=3, steps=STEPS, step_s=0.25)
     running = slurm_plane.run_until(borrower["id"], {Phase.RUNNING}, timeout=180)
     assert running["borrowed"] == 8  # 24 GPUs on a nominal 16: desk-b's idle GPUs

@@ -68,7 +68,7 @@ def submit(store: Store, job_id: str = "cs-1", timeout_min: int = 30) -> None:
 
 def admit_and_run(ctl: Controller, job_id: str, started: datetime, held_from: datetime | None = None) -> None:
     """Admission as production does it, then the backend's start (as `_observe` records it)."""
-    (grant,) = ctl.admit({"gpu": 8})
+    (grant,) = ctl.admission.admit({"gpu": 8})
     assert grant[0].id == job_id
     with ctl.store.session() as s:
         job = s.get(Job, job_id)
@@ -83,7 +83,7 @@ def end(ctl: Controller, job_id: str, obs: Observation, preempt: bool = False) -
         job = s.get(Job, job_id)
         if preempt:
             job.preempt_deadline, job.preempt_reason = utcnow(), "for a job with less service"
-        ctl._end_attempt(s, job, job.attempts[-1], obs)
+        ctl.attempts._end_attempt(s, job, job.attempts[-1], obs)
 
 
 def stored(store: Store, job_id: str = "cs-1") -> Job:
@@ -108,7 +108,7 @@ def test_attained_service_accumulates_across_attempts_with_the_gpu_equivalent_we
 
     # the waiting job, as the next cycle reads it (admission forgot it when it admitted it)
     with store.session() as s:
-        (waiting,) = ctl._pending.read(s, TENANCY, ctl.tenancy.revision)
+        (waiting,) = ctl.admission._pending.read(s, TENANCY, ctl.tenancy.revision)
     assert waiting.attained == pytest.approx(100 * WEIGHT)
     assert waiting.queued_at == pytest.approx(job.attempts[0].ended_at.timestamp())
     assert waiting.time_limit_s == 30 * 60
@@ -136,7 +136,7 @@ def test_attained_service_accumulates_across_attempts_with_the_gpu_equivalent_we
 def test_an_attempt_that_never_started_adds_no_service(store, tmp_path):
     ctl = controller(store, tmp_path)
     submit(store)
-    ctl.admit({"gpu": 8})  # admitted; its submit fails before the backend started anything
+    ctl.admission.admit({"gpu": 8})  # admitted; its submit fails before the backend started anything
     end(ctl, "cs-1", Observation(AttemptState.FAILED, reason="submit failed: sbatch: error"))
     job = stored(store)
     assert job.attempts[0].started_at is None and job.attained_gpu_s == 0.0

@@ -12,10 +12,11 @@ from sqlalchemy import select
 
 from cellscale.runtime.records import NodeUsage
 from cellscale.vocabulary import AttemptState
+from cellscale_hub.control.settings import Settings
+from cellscale_hub.cost.metering import Metering, Used, meter_attempt, meter_capacity, unmetered, used_of
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.store.models import Attempt, CapacityRow, LedgerHour, LedgerRow
 from cellscale_hub.store.usage import budget_spend
-from cellscale_hub.cost.metering import Used, meter_attempt, meter_capacity, unmetered, used_of
 from cellscale_hub.tenancy import Budget, Tenancy
 from tests.unit.test_store import make_job
 
@@ -161,3 +162,14 @@ def test_rows_past_the_backends_end_are_trimmed_back_to_it(attempt):
         assert (hour.gpu_s, hour.usd) == (pytest.approx(16 * 59.0), pytest.approx(a.usd))
         assert a.usd == pytest.approx(16 * 59 / 3600 * 2.0) and a.gpu_used_s == pytest.approx(500.0)
         assert unmetered(session, "slurm", at(-3600)) == []
+
+
+def test_the_metering_reconciler_keeps_when_active_attempts_last_polled_running():
+    metering = Metering(None, None, None, None, Settings())
+    alive = metering.alive("slurm", [1, 2])
+    alive[1], alive[2] = at(10), at(20)
+    assert metering.alive("slurm", [2]) == {2: at(20)}  # attempt 1 is no longer active: dropped
+    assert metering.alive("local", []) == {}
+    metering._metered_at["slurm"] = 1.0
+    metering.due_now("slurm")  # an attempt ended: its last row at the next pass
+    assert "slurm" not in metering._metered_at

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from cellscale.spec import QueueUsage
 from cellscale.vocabulary import Resource
-from cellscale_hub.api.context import Context, context, presented_token, principal
+from cellscale_hub.api.context import Context, Ctx, presented_token, principal
 from cellscale_hub.api.csrf import csrf_token
 from cellscale_hub.api.errors import refusals
 from cellscale_hub.auth import Principal, Unauthenticated
@@ -34,7 +34,6 @@ def require_admin(who: Principal = Depends(principal)) -> Principal:
 
 
 Admin = Annotated[Principal, Depends(require_admin)]
-Ctx = Annotated[Context, Depends(context)]
 
 
 class FlavorCapacity(BaseModel):
@@ -96,89 +95,95 @@ class AuditView(BaseModel):
     revision: int | None
 
 
-def routes(router: APIRouter) -> None:
-    @router.get("/admin/tenancy", response_model=TenancyView, responses=refusals(401, 403))
-    def tenancy_view(who: Admin, ctx: Ctx) -> TenancyView:
-        t = ctx.tenancy.current
-        with ctx.store.session() as session:
-            queues = usage.queue_usage(  # quotas on the flavors this deployment runs (the Flavors list says the rest)
-                session, t, utcnow(), ctx.settings.fair_share_half_life_s, backends=set(ctx.drivers)
-            )
-            hours = usage.flavor_gpu_hours(session)
-        return TenancyView(
-            tenancy=t.model_dump(mode="json"),
-            flavors=_capacities(ctx, t, hours),
-            usage=queues,
-            fair_share_half_life_s=ctx.settings.fair_share_half_life_s,
-            preemption_grace_s=ctx.settings.preemption_grace_s,
+router = APIRouter()
+
+
+@router.get("/admin/tenancy", response_model=TenancyView, responses=refusals(401, 403))
+def tenancy_view(who: Admin, ctx: Ctx) -> TenancyView:
+    t = ctx.tenancy.current
+    with ctx.store.session() as session:
+        queues = usage.queue_usage(  # quotas on the flavors this deployment runs (the Flavors list says the rest)
+            session, t, utcnow(), ctx.settings.fair_share_half_life_s, backends=set(ctx.drivers)
         )
-
-    @router.put(
-        "/admin/cluster-queues/{name}/quotas/{flavor}",
-        response_model=TenancyView,
-        responses=refusals(401, 403, 404, 413, 422),
+        hours = usage.flavor_gpu_hours(session)
+    return TenancyView(
+        tenancy=t.model_dump(mode="json"),
+        flavors=_capacities(ctx, t, hours),
+        usage=queues,
+        fair_share_half_life_s=ctx.settings.fair_share_half_life_s,
+        preemption_grace_s=ctx.settings.preemption_grace_s,
     )
-    def set_quota(name: str, flavor: str, body: QuotaUpdate, who: Admin, ctx: Ctx) -> TenancyView:
-        def edit(doc: dict):
-            queue = _lookup(doc["cluster_queues"], name, "cluster queue")
-            if flavor not in doc["flavors"]:
-                raise HTTPException(404, f"no flavor {flavor!r}; flavors: {', '.join(sorted(doc['flavors']))}")
-            before = queue["quotas"].get(flavor)
-            queue["quotas"][flavor] = body.model_dump()
-            return before, queue["quotas"][flavor]
 
-        _change(ctx, who, "set-quota", f"cluster_queues/{name}/quotas/{flavor}", edit)
-        return tenancy_view(who, ctx)
 
-    @router.put(
-        "/admin/cluster-queues/{name}/weight", response_model=TenancyView, responses=refusals(401, 403, 404, 413, 422)
-    )
-    def set_queue_weight(name: str, body: WeightUpdate, who: Admin, ctx: Ctx) -> TenancyView:
-        _change(
-            ctx, who, "set-weight", f"cluster_queues/{name}/weight", _set_weight("cluster_queues", name, body.weight)
+@router.put(
+    "/admin/cluster-queues/{name}/quotas/{flavor}",
+    response_model=TenancyView,
+    responses=refusals(401, 403, 404, 413, 422),
+)
+def set_quota(name: str, flavor: str, body: QuotaUpdate, who: Admin, ctx: Ctx) -> TenancyView:
+    def edit(doc: dict):
+        queue = _lookup(doc["cluster_queues"], name, "cluster queue")
+        if flavor not in doc["flavors"]:
+            raise HTTPException(404, f"no flavor {flavor!r}; flavors: {', '.join(sorted(doc['flavors']))}")
+        before = queue["quotas"].get(flavor)
+        queue["quotas"][flavor] = body.model_dump()
+        return before, queue["quotas"][flavor]
+
+    _change(ctx, who, "set-quota", f"cluster_queues/{name}/quotas/{flavor}", edit)
+    return tenancy_view(who, ctx)
+
+
+@router.put(
+    "/admin/cluster-queues/{name}/weight", response_model=TenancyView, responses=refusals(401, 403, 404, 413, 422)
+)
+def set_queue_weight(name: str, body: WeightUpdate, who: Admin, ctx: Ctx) -> TenancyView:
+    _change(ctx, who, "set-weight", f"cluster_queues/{name}/weight", _set_weight("cluster_queues", name, body.weight))
+    return tenancy_view(who, ctx)
+
+
+@router.put("/admin/tenants/{name}/cloud", response_model=TenancyView, responses=refusals(401, 403, 404, 413, 422))
+def set_cloud(name: str, body: CloudUpdate, who: Admin, ctx: Ctx) -> TenancyView:
+    """Whether the desk bursts to cloud sites by default, and its cloud budget per period."""
+
+    def edit(doc: dict):
+        tenant = _lookup(doc["tenants"], name, "tenant")
+        before = {"burst": tenant.get("burst", "never"), "budget": tenant.get("budget")}
+        tenant["burst"] = body.burst
+        tenant.pop("budget", None)
+        if body.budget is not None:
+            tenant["budget"] = body.budget.model_dump()
+        return before, body.model_dump()
+
+    _change(ctx, who, "set-cloud", f"tenants/{name}/cloud", edit)
+    return tenancy_view(who, ctx)
+
+
+@router.put("/admin/cohorts/{name}/weight", response_model=TenancyView, responses=refusals(401, 403, 404, 413, 422))
+def set_cohort_weight(name: str, body: WeightUpdate, who: Admin, ctx: Ctx) -> TenancyView:
+    _change(ctx, who, "set-weight", f"cohorts/{name}/weight", _set_weight("cohorts", name, body.weight))
+    return tenancy_view(who, ctx)
+
+
+@router.get("/admin/nodes", response_model=list[NodeFaults], responses=refusals(401, 403, 422))
+def node_faults(who: Admin, ctx: Ctx, days: Annotated[int, Query(ge=1, le=90)] = 7) -> list[NodeFaults]:
+    """Nodes blamed for jobs' infrastructure faults, most faults first."""
+    with ctx.store.session() as session:
+        found = usage.node_faults(session, utcnow() - timedelta(days=days))
+    return [
+        NodeFaults(
+            node=node,
+            faults=len(hits),
+            jobs=sorted({job for job, _ in hits}),
+            last_at=max(at for _, at in hits),
+            flagged=len(hits) >= NODE_FAULT_FLAG,
         )
-        return tenancy_view(who, ctx)
+        for node, hits in sorted(found.items(), key=lambda item: (-len(item[1]), item[0]))
+    ]
 
-    @router.put("/admin/tenants/{name}/cloud", response_model=TenancyView, responses=refusals(401, 403, 404, 413, 422))
-    def set_cloud(name: str, body: CloudUpdate, who: Admin, ctx: Ctx) -> TenancyView:
-        """Whether the desk bursts to cloud sites by default, and its cloud budget per period."""
 
-        def edit(doc: dict):
-            tenant = _lookup(doc["tenants"], name, "tenant")
-            before = {"burst": tenant.get("burst", "never"), "budget": tenant.get("budget")}
-            tenant["burst"] = body.burst
-            tenant.pop("budget", None)
-            if body.budget is not None:
-                tenant["budget"] = body.budget.model_dump()
-            return before, body.model_dump()
-
-        _change(ctx, who, "set-cloud", f"tenants/{name}/cloud", edit)
-        return tenancy_view(who, ctx)
-
-    @router.put("/admin/cohorts/{name}/weight", response_model=TenancyView, responses=refusals(401, 403, 404, 413, 422))
-    def set_cohort_weight(name: str, body: WeightUpdate, who: Admin, ctx: Ctx) -> TenancyView:
-        _change(ctx, who, "set-weight", f"cohorts/{name}/weight", _set_weight("cohorts", name, body.weight))
-        return tenancy_view(who, ctx)
-
-    @router.get("/admin/nodes", response_model=list[NodeFaults], responses=refusals(401, 403, 422))
-    def node_faults(who: Admin, ctx: Ctx, days: Annotated[int, Query(ge=1, le=90)] = 7) -> list[NodeFaults]:
-        """Nodes blamed for jobs' infrastructure faults, most faults first."""
-        with ctx.store.session() as session:
-            found = usage.node_faults(session, utcnow() - timedelta(days=days))
-        return [
-            NodeFaults(
-                node=node,
-                faults=len(hits),
-                jobs=sorted({job for job, _ in hits}),
-                last_at=max(at for _, at in hits),
-                flagged=len(hits) >= NODE_FAULT_FLAG,
-            )
-            for node, hits in sorted(found.items(), key=lambda item: (-len(item[1]), item[0]))
-        ]
-
-    @router.get("/admin/audit", response_model=list[AuditView], responses=refusals(401, 403, 422))
-    def audit(who: Admin, ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> list[AuditView]:
-        return [AuditView.model_validate(e, from_attributes=True) for e in ctx.tenancy.audit(limit)]
+@router.get("/admin/audit", response_model=list[AuditView], responses=refusals(401, 403, 422))
+def audit(who: Admin, ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> list[AuditView]:
+    return [AuditView.model_validate(e, from_attributes=True) for e in ctx.tenancy.audit(limit)]
 
 
 def page(prefix: str) -> APIRouter:

@@ -8,29 +8,22 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
 from cellscale_hub.api import csrf
 from cellscale_hub.api.logwatch import LogWatch
-from cellscale_hub.auth import Identity, Principal, Unauthenticated
+from cellscale_hub.auth import SCOPE_READ, SCOPE_SUBMIT, Identity, Principal, Unauthenticated
 from cellscale_hub.bundles import BundleStore
+from cellscale_hub.control.settings import Settings
 from cellscale_hub.drivers import Driver
+from cellscale_hub.metrics import Metrics
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
-from cellscale_hub.metrics import Metrics
 from cellscale_hub.waiting import WaitingBoard
 
 OAUTH_COOKIE = "cellscale-oauth"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The control plane's policy settings, as the API reports them (ControlPlane's traits)."""
-
-    fair_share_half_life_s: float = 3600.0
-    preemption_grace_s: float = 30.0
-    heartbeat_timeout_s: float = 60.0
 
 
 @dataclass
@@ -101,3 +94,8 @@ def require(scope: str):
         return who
 
     return check
+
+
+Ctx = Annotated[Context, Depends(context)]
+Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
+Submitter = Annotated[Principal, Depends(require(SCOPE_SUBMIT))]

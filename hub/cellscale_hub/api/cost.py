@@ -6,20 +6,17 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Response
 from pydantic import BaseModel, Field
 
-from cellscale_hub.api.context import Context, context, require
+from cellscale_hub.api.context import Ctx, Reader
 from cellscale_hub.api.errors import refusals
-from cellscale_hub.auth import SCOPE_READ, Principal
+from cellscale_hub.cost.costs import cost_report, cost_series
+from cellscale_hub.cost.ledger import DeskCost
 from cellscale_hub.scheduling.placement import Spend
 from cellscale_hub.store import usage
 from cellscale_hub.store.models import utcnow
-from cellscale_hub.cost.costs import cost_report, cost_series
-from cellscale_hub.cost.ledger import DeskCost
 
-Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
-Ctx = Annotated[Context, Depends(context)]
 MAX_WINDOW = timedelta(days=400)
 MAX_POINTS = 400  # steps in one series
 
@@ -117,107 +114,112 @@ def _line(tenant: str, user: str | None, d: DeskCost) -> CostLine:
     )
 
 
-def routes(router: APIRouter) -> None:
-    @router.get("/cost", response_model=CostView, responses=refusals(400, 401, 403, 422))
-    def cost(
-        who: Reader,
-        ctx: Ctx,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        days: Annotated[float, Query(gt=0, le=400)] = 7.0,
-    ) -> CostView:
-        """What your desks spent in the window (default: the last `days` days): per desk and
-        user, allocation, use, idle, and the fleet's idle shared by the tenancy's policy; admins
-        also get the fleet's reconciliation."""
-        until = until or utcnow()
-        try:
-            since = since or until - timedelta(days=days)
-        except OverflowError:  # `until` in year 1: no window of `days` before it
-            raise HTTPException(400, f"the window cannot end at {until.isoformat()}: give a later until") from None
-        if since >= until or until - since > MAX_WINDOW:
-            raise HTTPException(400, "the window must start before it ends and last at most 400 days")
-        tenancy = ctx.tenancy.current
-        with ctx.store.session() as session:
-            report = cost_report(session, tenancy, ctx.drivers, since, until)
-        visible = set(tenancy.tenants) if who.admin else set(who.tenants)
-        jobs = [j for j in report.top_idle_jobs(50) if j.tenant in visible][:10]
-        fleet = None
-        if who.admin:
-            desks_usd = sum(d.total_usd for d in report.desks.values())
-            fleet = FleetCost(
-                fleet_usd=report.fleet_usd,
-                desks_usd=desks_usd,
-                shared_idle_usd=report.shared_idle_usd,
-                overhead_usd=report.overhead_usd,
-                identity_error=report.identity_error(),
-            )
-        return CostView(
-            since=since,
-            until=until,
-            idle_policy=report.policy.value,
-            desks=[_line(t, None, d) for t, d in sorted(report.desks.items()) if t in visible],
-            users=[_line(t, u, d) for (t, u), d in sorted(report.users.items()) if t in visible],
-            top_idle_jobs=[
-                IdleJob(
-                    job_id=j.job_id,
-                    tenant=j.tenant,
-                    user=j.user,
-                    gpu_hours=j.allocated_gpu_s / 3600,
-                    efficiency=j.efficiency,
-                    usd=j.usd,
-                    idle_usd=j.idle_in_allocation_usd,
-                )
-                for j in jobs
-            ],
-            fleet=fleet,
+router = APIRouter()
+
+
+@router.get("/cost", response_model=CostView, responses=refusals(400, 401, 403, 422))
+def cost(
+    who: Reader,
+    ctx: Ctx,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    days: Annotated[float, Query(gt=0, le=400)] = 7.0,
+) -> CostView:
+    """What your desks spent in the window (default: the last `days` days): per desk and
+    user, allocation, use, idle, and the fleet's idle shared by the tenancy's policy; admins
+    also get the fleet's reconciliation."""
+    until = until or utcnow()
+    try:
+        since = since or until - timedelta(days=days)
+    except OverflowError:  # `until` in year 1: no window of `days` before it
+        raise HTTPException(400, f"the window cannot end at {until.isoformat()}: give a later until") from None
+    if since >= until or until - since > MAX_WINDOW:
+        raise HTTPException(400, "the window must start before it ends and last at most 400 days")
+    tenancy = ctx.tenancy.current
+    with ctx.store.session() as session:
+        report = cost_report(session, tenancy, ctx.drivers, since, until)
+    visible = set(tenancy.tenants) if who.admin else set(who.tenants)
+    jobs = [j for j in report.top_idle_jobs(50) if j.tenant in visible][:10]
+    fleet = None
+    if who.admin:
+        desks_usd = sum(d.total_usd for d in report.desks.values())
+        fleet = FleetCost(
+            fleet_usd=report.fleet_usd,
+            desks_usd=desks_usd,
+            shared_idle_usd=report.shared_idle_usd,
+            overhead_usd=report.overhead_usd,
+            identity_error=report.identity_error(),
         )
-
-    @router.get("/cost/series", response_model=CostSeries, responses=refusals(400, 401, 403, 422))
-    def series(
-        who: Reader,
-        ctx: Ctx,
-        days: Annotated[float, Query(gt=0, le=400)] = 7.0,
-        step_s: Annotated[float, Query(ge=60, le=31 * 86400)] = 86400.0,
-    ) -> CostSeries:
-        """Your desks' cost and GPU-hours per step over the last `days` days (every desk's, for
-        an admin): what the admin page plots."""
-        until = utcnow()
-        since = until - timedelta(days=days)
-        if (until - since).total_seconds() / step_s > MAX_POINTS:
-            raise HTTPException(400, f"at most {MAX_POINTS} steps: raise step_s or shorten days")
-        tenancy = ctx.tenancy.current
-        with ctx.store.session() as session:
-            reports = cost_series(session, tenancy, ctx.drivers, since, until, timedelta(seconds=step_s))
-        visible = set(tenancy.tenants) if who.admin else set(who.tenants)
-        points = [
-            CostPoint(
-                start=start,
-                tenant=tenant,
-                gpu_hours=d.allocated_gpu_s / 3600,
-                used_gpu_hours=d.used_gpu_s / 3600,
-                total_usd=d.total_usd,
-                idle_in_allocation_usd=d.idle_in_allocation_usd,
+    return CostView(
+        since=since,
+        until=until,
+        idle_policy=report.policy.value,
+        desks=[_line(t, None, d) for t, d in sorted(report.desks.items()) if t in visible],
+        users=[_line(t, u, d) for (t, u), d in sorted(report.users.items()) if t in visible],
+        top_idle_jobs=[
+            IdleJob(
+                job_id=j.job_id,
+                tenant=j.tenant,
+                user=j.user,
+                gpu_hours=j.allocated_gpu_s / 3600,
+                efficiency=j.efficiency,
+                usd=j.usd,
+                idle_usd=j.idle_in_allocation_usd,
             )
-            for start, report in reports
-            for tenant, d in sorted(report.desks.items())
-            if tenant in visible
-        ]
-        return CostSeries(since=since, until=until, step_s=step_s, points=points)
+            for j in jobs
+        ],
+        fleet=fleet,
+    )
 
-    @router.get("/budgets", response_model=list[BudgetView], responses=refusals(401, 403))
-    def budgets(who: Reader, ctx: Ctx) -> list[BudgetView]:
-        """Your desks' budgets (every desk's, for an admin): spent in the period, warnings, holds."""
-        tenancy = ctx.tenancy.current
-        with ctx.store.session() as session:
-            spend = usage.budget_spend(session, tenancy, utcnow(), only=None if who.admin else set(who.tenants))
-        return [budget_view(tenant, s) for tenant, s in sorted(spend.items())]
 
-    @router.get("/metrics", responses=refusals(401, 403))
-    def metrics(who: Reader, ctx: Ctx) -> Response:
-        """Prometheus exposition (admins' tokens, or the token given to Prometheus): no job ids."""
-        if not who.admin:
-            raise HTTPException(403, "metrics are for hub admins (give Prometheus an admin service's token)")
-        return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+@router.get("/cost/series", response_model=CostSeries, responses=refusals(400, 401, 403, 422))
+def series(
+    who: Reader,
+    ctx: Ctx,
+    days: Annotated[float, Query(gt=0, le=400)] = 7.0,
+    step_s: Annotated[float, Query(ge=60, le=31 * 86400)] = 86400.0,
+) -> CostSeries:
+    """Your desks' cost and GPU-hours per step over the last `days` days (every desk's, for
+    an admin): what the admin page plots."""
+    until = utcnow()
+    since = until - timedelta(days=days)
+    if (until - since).total_seconds() / step_s > MAX_POINTS:
+        raise HTTPException(400, f"at most {MAX_POINTS} steps: raise step_s or shorten days")
+    tenancy = ctx.tenancy.current
+    with ctx.store.session() as session:
+        reports = cost_series(session, tenancy, ctx.drivers, since, until, timedelta(seconds=step_s))
+    visible = set(tenancy.tenants) if who.admin else set(who.tenants)
+    points = [
+        CostPoint(
+            start=start,
+            tenant=tenant,
+            gpu_hours=d.allocated_gpu_s / 3600,
+            used_gpu_hours=d.used_gpu_s / 3600,
+            total_usd=d.total_usd,
+            idle_in_allocation_usd=d.idle_in_allocation_usd,
+        )
+        for start, report in reports
+        for tenant, d in sorted(report.desks.items())
+        if tenant in visible
+    ]
+    return CostSeries(since=since, until=until, step_s=step_s, points=points)
+
+
+@router.get("/budgets", response_model=list[BudgetView], responses=refusals(401, 403))
+def budgets(who: Reader, ctx: Ctx) -> list[BudgetView]:
+    """Your desks' budgets (every desk's, for an admin): spent in the period, warnings, holds."""
+    tenancy = ctx.tenancy.current
+    with ctx.store.session() as session:
+        spend = usage.budget_spend(session, tenancy, utcnow(), only=None if who.admin else set(who.tenants))
+    return [budget_view(tenant, s) for tenant, s in sorted(spend.items())]
+
+
+@router.get("/metrics", responses=refusals(401, 403))
+def metrics(who: Reader, ctx: Ctx) -> Response:
+    """Prometheus exposition (admins' tokens, or the token given to Prometheus): no job ids."""
+    if not who.admin:
+        raise HTTPException(403, "metrics are for hub admins (give Prometheus an admin service's token)")
+    return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 def budget_view(tenant: str, s: Spend) -> BudgetView:

@@ -6,21 +6,43 @@ them in that interval (its nodes' usage records, cumulative, so a row takes the 
 None when no node could sample its GPUs), its CPU seconds, and the flavor's price then. An
 on-prem flavor's capacity is metered the same way, so the fleet's cost over any window is
 known and the ledger can be reconciled against it (cost.ledger).
+
+`Metering` is the controller's reconciler for it: it writes the ledger's next rows for each
+backend's attempts, bills cloud pools to the attempts that held their nodes (`cloudbill`),
+and extends the on-prem flavors' capacity spans.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session, joinedload
 
 from cellscale.runtime.records import NodeUsage
+from cellscale_hub.control.settings import Settings
+from cellscale_hub.cost.cloudbill import attribute
+from cellscale_hub.drivers import Driver
+from cellscale_hub.metrics import Metrics
+from cellscale_hub.refs import attempt_ref
 from cellscale_hub.scheduling.resources import Amounts
-from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerHour, LedgerRow
+from cellscale_hub.store import Store
+from cellscale_hub.store import jobs as q
+from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerHour, LedgerRow, utcnow
+from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy
+
+METER_LAG_S = 2.0
+"""A running attempt is metered up to this long before the last poll that saw it running: Slurm
+records whole seconds and its queue may show a job running a moment after it ended, and rows
+past the end are trimmed (`metering.trim`) while Prometheus' counters cannot go back."""
+
+BILL_WINDOW_S = 7 * 86400.0
+"""Instances stopped longer ago than this are billed already: not attributed again."""
 
 
 @dataclass(frozen=True)
@@ -258,3 +280,80 @@ def meter_capacity(session: Session, tenancy: Tenancy, capacities: Mapping[str, 
         session.add(
             CapacityRow(flavor=flavor, backend=backend, start=start, end=now, gpus=gpus, usd_per_gpu_hour=price)
         )
+
+
+class Metering:
+    def __init__(self, store: Store, jobs_root: Path, tenancy: TenancyBook, metrics: Metrics, settings: Settings):
+        self.store = store
+        self.jobs_root = jobs_root
+        self.tenancy = tenancy
+        self.metrics = metrics
+        self.settings = settings
+        self._metered_at: dict[str, float] = {}
+        self._billed_at: dict[str, float] = {}
+        self._alive_at: dict[str, dict[int, datetime]] = {}  # backend -> attempt -> when it last polled running
+        self._capacity_metered_at = 0.0
+
+    def alive(self, backend: str, active: Collection[int]) -> dict[int, datetime]:
+        """When each of the backend's active attempts last polled running, less METER_LAG_S: the
+        poll writes it (attempts no longer active are dropped here), `meter` reads it."""
+        alive = self._alive_at.setdefault(backend, {})
+        for gone in alive.keys() - set(active):
+            del alive[gone]
+        return alive
+
+    def due_now(self, backend: str) -> None:
+        """An attempt of the backend ended: its last row now, not at the next interval."""
+        self._metered_at.pop(backend, None)
+
+    def bill_cloud(self, backend: str, driver: Driver) -> None:
+        """Attribute a cloud pool's bill to the attempts that held its nodes (`cloudbill`), every
+        `cloud_bill_interval_s`: each attempt's share (boot, run, idle tail) in `cloud_usd`."""
+        if time.monotonic() - self._billed_at.get(backend, 0.0) < self.settings.cloud_bill_interval_s:
+            return
+        self._billed_at[backend] = time.monotonic()
+        now = time.time()
+        recent = [i for i in driver.cloud_instances() if i.stopped is None or i.stopped > now - BILL_WINDOW_S]
+        if not recent:
+            return
+        since = datetime.fromtimestamp(min(i.requested for i in recent), UTC) - timedelta(hours=1)
+        with self.store.session() as session:
+            attempts = q.attempts_since(session, backend, since)
+            refs = [attempt_ref(self.jobs_root, a.job, a) for a in attempts]
+        bill = attribute(recent, driver.node_runs(refs), now)
+        with self.store.session() as session:
+            for attempt in attempts:
+                usd = bill.usd.get((attempt.job_id, attempt.number))
+                if usd is not None and (attempt.cloud_usd is None or abs(attempt.cloud_usd - usd) > 1e-6):
+                    session.get(Attempt, attempt.id).cloud_usd = round(usd, 6)
+
+    def meter(self, backend: str, driver: Driver) -> None:
+        """The ledger's next rows for the backend's attempts (`cost.metering`): every
+        `meter_interval_s` while they run, and right after one ends."""
+        if time.monotonic() - self._metered_at.get(backend, 0.0) < self.settings.meter_interval_s:
+            return
+        self._metered_at[backend] = time.monotonic()
+        now = utcnow()
+        with self.store.session() as session:
+            unmet = unmetered(session, backend, now - timedelta(days=1))
+            refs = {a.id: attempt_ref(self.jobs_root, a.job, a) for a in unmet}
+        if not unmet:
+            return
+        used = {a.id: used_of(driver.usage(refs[a.id]), refs[a.id].spec.resources.nodes) for a in unmet}
+        tenancy = self.tenancy.current
+        alive = self._alive_at.get(backend, {})
+        rows, hours = [], {}
+        with self.store.session() as session, session.no_autoflush:  # one flush for all the rows
+            for attempt in attempts(session, list(used)):
+                use, alive_at = used[attempt.id], alive.get(attempt.id)
+                rows += meter_attempt(session, tenancy, attempt.job, attempt, use, alive_at, hours)
+        for row in rows:  # counted once stored
+            self.metrics.metered(row)
+
+    def meter_capacity(self, capacities: dict[str, Amounts]) -> None:
+        """Extend the on-prem flavors' capacity spans (what the fleet costs) every `meter_interval_s`."""
+        if time.monotonic() - self._capacity_metered_at < self.settings.meter_interval_s:
+            return
+        self._capacity_metered_at = time.monotonic()
+        with self.store.session() as session:
+            meter_capacity(session, self.tenancy.current, capacities, utcnow())

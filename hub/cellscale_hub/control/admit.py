@@ -1,0 +1,197 @@
+"""Admission, as the controller applies it: one scheduling cycle over the pending jobs
+(`scheduling.cycle.schedule` decides), then admitted jobs get a new attempt (and their
+GPU ids where the backend assigns them), victims get their preemption warning, and why the
+rest wait is published for the API.
+
+Admission runs when something it decides on changed (a submit, cancel or admin change
+through the controller's wake(); an attempt that started, ended or was requeued; the
+tenancy; a backend's capacity), else every admission_interval_s (fair share decays,
+estimates age): an idle control plane with a long queue does not re-score it twice a second.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+
+from cellscale.vocabulary import AttemptState, EventKind, EventReason, Phase, Resource
+from cellscale_hub.control.settings import Settings
+from cellscale_hub.control.sitehealth import SiteBoard
+from cellscale_hub.control.steps import isolated
+from cellscale_hub.drivers import AttemptRef, Driver, flavor_capacities
+from cellscale_hub.metrics import Metrics
+from cellscale_hub.refs import attempt_ref
+from cellscale_hub.scheduling.capacity import allocate
+from cellscale_hub.scheduling.cycle import schedule
+from cellscale_hub.scheduling.resources import amount_words
+from cellscale_hub.scheduling.types import Admission, Preemption, Reasons
+from cellscale_hub.store import Store, usage
+from cellscale_hub.store import jobs as q
+from cellscale_hub.store.models import Attempt, Job, utcnow
+from cellscale_hub.store.tenancy_book import TenancyBook
+from cellscale_hub.tenancy import Tenancy
+from cellscale_hub.waiting import WaitingBoard
+
+
+class Admitter:
+    def __init__(
+        self,
+        store: Store,
+        drivers: dict[str, Driver],
+        jobs_root: Path,
+        tenancy: TenancyBook,
+        sites: SiteBoard,
+        waiting: WaitingBoard,
+        metrics: Metrics,
+        settings: Settings,
+        wake: Callable[[], None],
+    ):
+        self.store = store
+        self.drivers = drivers
+        self.jobs_root = jobs_root
+        self.tenancy = tenancy
+        self.sites = sites
+        self.waiting = waiting  # why each pending job waits, for the API
+        self.metrics = metrics
+        self.settings = settings
+        self.wake = wake  # the controller's: another cycle at once
+        self.due = True
+        self._inputs: tuple | None = None
+        self._admitted_at = 0.0
+        self._pending = usage.PendingWorkloads()
+
+    def request(self) -> None:
+        """Admit in the next cycle: something admission decides on changed."""
+        self.due = True
+
+    def needed(self, capacities: dict[str, int]) -> bool:
+        inputs = (self.tenancy.revision, tuple(sorted(capacities.items())))
+        changed = inputs != self._inputs
+        self._inputs = inputs
+        return self.due or changed or time.monotonic() - self._admitted_at > self.settings.admission_interval_s
+
+    def admit(self, capacities: dict[str, int] | None = None) -> list[tuple[Job, Attempt]]:
+        """One scheduling cycle: admit, warn victims, and record why the rest wait. Returns
+        the attempts to launch (at most `launches_per_cycle`; the rest next cycle)."""
+        tenancy = self.tenancy.current
+        now = utcnow()
+        self.due, self._admitted_at = False, time.monotonic()
+        with self.store.session() as session:
+            pending = self._pending.read(session, tenancy, self.tenancy.revision)
+            if not pending:
+                self.waiting.publish(Reasons())
+                return []
+            snap = usage.snapshot(
+                session,
+                tenancy,
+                pending,
+                capacities if capacities is not None else flavor_capacities(tenancy, self.drivers),
+                now,
+                self.settings.fair_share_half_life_s,
+                self.sites.states(tenancy, self.drivers),
+            )
+        decision = schedule(snap)
+        self.waiting.publish(decision.pending)
+        grants = decision.admit[: self.settings.launches_per_cycle]
+        if len(decision.admit) > len(grants):
+            self.wake()  # the rest in the next cycle, right after a poll
+        launches, warnings = [], []
+        with self.store.session() as session:
+            in_use = self._gpu_ids_in_use(session)
+            for grant in grants:
+                launch = self._admit_one(session, tenancy, grant, in_use)
+                if launch:
+                    launches.append(launch)
+                else:
+                    self.due = True  # granted but not placed now (its GPUs still busy): next cycle
+            for preemption in decision.preempt:
+                warning = self.start_preemption(session, preemption, now)
+                if warning:
+                    warnings.append(warning)
+        for backend, ref in warnings:
+            isolated("warn", backend, partial(self.drivers[backend].warn, ref))
+        return launches
+
+    def _gpu_ids_in_use(self, session) -> dict[str, list[int]]:
+        return {
+            name: [g for a in q.active_attempts(session, name) for g in (a.gpu_ids or [])]
+            for name, driver in self.drivers.items()
+            if driver.assigns_gpu_ids
+        }
+
+    def _admit_one(self, session, tenancy: Tenancy, grant: Admission, in_use: dict[str, list[int]]):
+        job = session.get(Job, grant.job_id)
+        if job is None or job.phase is not Phase.PENDING or job.cancel_requested:
+            return None
+        self._pending.forget(job.id)  # if it comes back to the queue, it may be on another backend
+        backend = tenancy.flavors[grant.flavor].backend
+        driver = self.drivers[backend]
+        gpu_ids: list[int] = []
+        if driver.assigns_gpu_ids:
+            gpu_ids = allocate(driver.capacity().capacity_gpus, in_use[backend], job.gpus) or []
+            if len(gpu_ids) < job.gpus:
+                return None  # quota says yes, the machine is still busy: next cycle
+            in_use[backend].extend(gpu_ids)
+        job.backend, job.flavor, job.borrowed = backend, grant.flavor, grant.borrowed
+        attempt = Attempt(
+            job_id=job.id,
+            number=len(job.attempts) + 1,
+            backend=backend,
+            flavor=grant.flavor,
+            state=AttemptState.SUBMITTING,
+            gpu_ids=gpu_ids,
+        )
+        waited_since = job.attempts[-1].ended_at if job.attempts else job.created_at
+        job.attempts.append(attempt)
+        self.metrics.admission_wait.labels(job.tenant).observe(max(0.0, (utcnow() - waited_since).total_seconds()))
+        borrowing = f", {grant.borrowed} borrowed from the cohort" if grant.borrowed else ""
+        placed = f"; {grant.placed}" if grant.placed else ""
+        q.transition(
+            session,
+            job,
+            Phase.ADMITTED,
+            EventReason.QuotaReserved,
+            attempt=attempt.number,
+            message=f"{_reserved(job, grant.flavor)} reserved in {job.cluster_queue}{borrowing}{placed}",
+        )
+        return job, attempt
+
+    def start_preemption(self, session, preemption: Preemption, now) -> tuple[str, AttemptRef] | None:
+        """Give the job its grace period and say so; returns (backend, ref) of a running
+        attempt to warn (with the checkpoint signal), None when there is none to warn."""
+        job = session.get(Job, preemption.job_id)
+        if job is None or job.preempt_deadline is not None or job.phase.terminal:
+            return None
+        grace_s = self.settings.preemption_grace_s
+        job.preempt_deadline = now + timedelta(seconds=grace_s)
+        job.preempt_reason = preemption.reason
+        attempt = job.attempts[-1]
+        running = attempt.state is AttemptState.RUNNING
+        q.add_event(
+            session,
+            job,
+            kind=EventKind.PREEMPTION,
+            attempt=attempt.number,
+            reason=EventReason.Preempting,
+            message=f"{preemption.reason}; "
+            + (
+                f"warned, stopping in {grace_s:.0f} s (checkpoint now to lose nothing)"
+                if running
+                else f"stopping in {grace_s:.0f} s (it had not started: nothing to checkpoint)"
+            ),
+        )
+        # only running ranks are warned: a supervisor still starting has no handler for the signal yet;
+        # a sweep's tasks are not warned: its unfinished points run again in its next attempt
+        if running and not job.spec.get("sweep"):
+            return job.backend, attempt_ref(self.jobs_root, job, attempt)
+        return None
+
+
+def _reserved(job: Job, flavor: str) -> str:
+    """What admission reserved for it: its GPUs, or a CPU job's cores (not "0 GPU(s)")."""
+    if job.gpus:
+        return f"{job.gpus} {flavor} GPU(s)"
+    return amount_words(Resource.cpu, job.cpus, flavor)
