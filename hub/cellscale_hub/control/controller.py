@@ -22,6 +22,7 @@ from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, AttemptState, EventKind,
 from cellscale_hub.bundles import BundleStore
 from cellscale_hub.cost.cloudbill import attribute
 from cellscale_hub.drivers import AttemptRef, BackendUnreachable, Driver, Observation, flavor_capacities
+from cellscale_hub.drivers.capabilities import AssignsGpuIds, CloudPool, MirrorsTenancy, WatchesNodes
 from cellscale_hub.faults import decide
 from cellscale_hub.lifecycle import outcome_of
 from cellscale_hub.refs import attempt_ref
@@ -188,7 +189,7 @@ class Controller:
         """Tell the backend's own scheduler about quotas and shares, once per tenancy change
         (retried each cycle until the backend accepts it)."""
         revision = self.tenancy.revision
-        if self._mirrored.get(backend) != revision:
+        if isinstance(driver, MirrorsTenancy) and self._mirrored.get(backend) != revision:
             driver.apply_tenancy(self.tenancy.current)
             self._mirrored[backend] = revision
 
@@ -245,7 +246,7 @@ class Controller:
         return {
             name: [g for a in q.active_attempts(session, name) for g in (a.gpu_ids or [])]
             for name, driver in self.drivers.items()
-            if driver.assigns_gpu_ids
+            if isinstance(driver, AssignsGpuIds)
         }
 
     def _admit_one(self, session, tenancy: Tenancy, grant: Admission, in_use: dict[str, list[int]]):
@@ -256,7 +257,7 @@ class Controller:
         backend = tenancy.flavors[grant.flavor].backend
         driver = self.drivers[backend]
         gpu_ids: list[int] = []
-        if driver.assigns_gpu_ids:
+        if isinstance(driver, AssignsGpuIds):
             gpu_ids = allocate(driver.capacity().capacity_gpus, in_use[backend], job.gpus) or []
             if len(gpu_ids) < job.gpus:
                 return None  # quota says yes, the machine is still busy: next cycle
@@ -366,11 +367,11 @@ class Controller:
         return manifest
 
     def _observe_all(self, driver: Driver, refs: dict[int, AttemptRef], attempts: list[Attempt]):
-        """`driver.observe_attempts` for plain attempts, the sweep runner for sweeps' (raises
-        BackendUnreachable when the backend does not answer)."""
+        """`driver.poll` for plain attempts (with what `driver.files.annotate` adds), the sweep runner
+        for sweeps' (raises BackendUnreachable when the backend does not answer)."""
         sweeps = [ref for ref in refs.values() if ref.spec.sweep is not None]
         plain = [ref for ref in refs.values() if ref.spec.sweep is None]
-        observed = driver.observe_attempts(plain) if plain else {}
+        observed = driver.files.annotate(plain, driver.poll(plain)) if plain else {}
         if sweeps:
             now = utcnow()
             stopping = {
@@ -446,7 +447,8 @@ class Controller:
             ref = refs[attempt.id]
             unknown = f"{backend} does not answer ({why}): the attempt's state is unknown, not lost"
             obs = Observation(AttemptState.UNKNOWN, reason=unknown)
-            if lost_for >= self.site_lost_timeout_s and attempt.started_at is None and self.drivers[backend].fence(ref):
+            fence = self.drivers[backend].files.fence
+            if lost_for >= self.site_lost_timeout_s and attempt.started_at is None and fence(ref):
                 obs = Observation(
                     AttemptState.LOST,
                     fault=Fault.CAPACITY,
@@ -473,7 +475,7 @@ class Controller:
     ) -> None:
         """A node announced to go away (a spot reclaim): preempt what runs there, with the
         checkpoint warning, and place nothing new on that backend for a while."""
-        notices = driver.node_notices()
+        notices = driver.node_notices() if isinstance(driver, WatchesNodes) else {}
         if not notices:
             return
         now = utcnow()
@@ -496,6 +498,8 @@ class Controller:
     def bill_cloud(self, backend: str, driver: Driver) -> None:
         """Attribute a cloud pool's bill to the attempts that held its nodes (`cloudbill`), every
         `cloud_bill_interval_s`: each attempt's share (boot, run, idle tail) in `cloud_usd`."""
+        if not isinstance(driver, CloudPool):
+            return
         if time.monotonic() - self._billed_at.get(backend, 0.0) < self.cloud_bill_interval_s:
             return
         self._billed_at[backend] = time.monotonic()
@@ -526,7 +530,8 @@ class Controller:
             refs = {a.id: self.ref(a.job, a) for a in attempts}
         if not attempts:
             return
-        used = {a.id: metering.used_of(driver.usage(refs[a.id]), refs[a.id].spec.resources.nodes) for a in attempts}
+        usage = driver.files.usage
+        used = {a.id: metering.used_of(usage(refs[a.id]), refs[a.id].spec.resources.nodes) for a in attempts}
         tenancy = self.tenancy.current
         alive = self._alive_at.get(backend, {})
         rows, hours = [], {}
