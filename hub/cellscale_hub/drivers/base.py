@@ -253,6 +253,7 @@ class Driver(LoggingConfigurable, metaclass=DriverMeta):
         )
 
     def data_cache(self) -> DataCacheSettings:
+        """The nodes' dataset cache (the `data_cache_*` traits), as launch and staging plans carry it."""
         max_gb = self.data_cache_max_gb
         return DataCacheSettings(
             root=self.data_cache_root,
