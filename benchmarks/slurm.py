@@ -53,7 +53,7 @@ from sqlalchemy import func, select
 sys.path.insert(0, str(REPO))  # for the test suite's in-process Plane
 from cellscale_hub import proc  # noqa: E402
 from cellscale_hub.dev import slurm as dev_slurm  # noqa: E402
-from cellscale_hub.drivers.base import hand_to_owner  # noqa: E402
+from cellscale_hub.drivers.owners import hand_to_owner  # noqa: E402
 from cellscale_hub.drivers.slurm import SlurmDriver  # noqa: E402
 from cellscale_hub.store import Store  # noqa: E402
 from cellscale_hub.store.models import Attempt  # noqa: E402

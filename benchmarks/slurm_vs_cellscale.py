@@ -675,7 +675,8 @@ def run_cellscale(
     from sqlalchemy import select
 
     sys.path.insert(0, str(REPO))  # for the test suite's in-process Plane
-    from cellscale_hub.drivers.slurm import SlurmDriver, account_limits
+    from cellscale_hub.drivers.slurm import SlurmDriver
+    from cellscale_hub.drivers.slurm.accounts import account_limits
     from cellscale_hub.store import Store
     from cellscale_hub.store.models import Attempt, Event, Job
     from tests.controlplane.conftest import Plane

@@ -20,8 +20,9 @@ checks the ones marked *):
     store/        SQLAlchemy tables, job queries, the tenancy's audited revisions, the
                     snapshot admission decides on (usage.py), per-queue totals kept on
                     commit (totals.py); Alembic migrations
-    drivers/      one module per scheduler + the Driver contract (base.py); the only room
-                    that opens a job's directory (*)
+    drivers/      the core Driver contract (base.py), opt-in capabilities (capabilities.py),
+                    one module or folder per scheduler (local.py, slurm/, kubernetes/); the
+                    only room that opens a job's directory (jobfiles.py) (*)
     refs.py       a stored job and attempt → the AttemptRef a driver works on
     proc.py       the one subprocess helper (argv lists only)
     dev/          `cellscale dev slurm up`: a real Slurm cluster on this machine

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")  # a user name a job may run as
 SAFE_ENV_KEYS = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER", "LOGNAME")
 
 

@@ -19,6 +19,7 @@ from cellscale.spec import JobLimits, JobSpec, Resources
 from cellscale.vocabulary import Resource
 from cellscale_hub.auth import Principal
 from cellscale_hub.drivers import BackendUnreachable, Driver, SpecRejected
+from cellscale_hub.drivers.capabilities import ChecksQueue, RunsSweeps
 from cellscale_hub.scheduling.ceiling import Ceiling, limits, never_fits
 from cellscale_hub.scheduling.resources import UNLIMITED, Amounts, amount_words
 from cellscale_hub.tenancy import Tenancy
@@ -111,13 +112,14 @@ def _shaped(
     refusals = []
     for backend in backends:
         driver = drivers[backend]
-        if spec.sweep is not None and not driver.runs_sweeps:
+        if spec.sweep is not None and not isinstance(driver, RunsSweeps):
             refusals.append(f"backend {backend!r} does not run sweeps (%%cluster map); pick one with --backend")
             continue
         try:
             mine = driver.shape(spec)
             driver.validate(mine)
-            driver.validate_for(mine, tenant, queue)
+            if isinstance(driver, ChecksQueue):
+                driver.validate_for(mine, tenant, queue)
         except (SpecRejected, BackendUnreachable) as exc:
             refusals.append(f"{backend}: {exc}" if len(backends) > 1 else str(exc))
             continue

@@ -21,15 +21,15 @@ import uvicorn
 from cellscale.spec import Phase
 from cellscale_hub.api import logwatch
 from cellscale_hub.app import listening_socket
+from cellscale_hub.drivers.jobfiles import JobFiles
 from cellscale_hub.drivers.local import LocalDriver
 from tests.controlplane.conftest import Plane
 
 
-class CountingDriver(LocalDriver):
-    """The local backend, counting how often the control plane reads a log."""
+class CountingFiles(JobFiles):
+    """The job directory, counting how often the control plane reads a log."""
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self):
         self.reads = 0
 
     def read_log(self, job_dir, offset, max_bytes):
@@ -37,11 +37,31 @@ class CountingDriver(LocalDriver):
         return super().read_log(job_dir, offset, max_bytes)
 
 
-class RemoteLogDriver(CountingDriver):
-    """A backend whose logs are written on other hosts: no file here to watch."""
+class RemoteLogFiles(CountingFiles):
+    """Logs written on other hosts: no file here to watch."""
 
     def log_path(self, job_dir):
         return None
+
+
+class CountingDriver(LocalDriver):
+    """The local backend, counting how often the control plane reads a log."""
+
+    files_class = CountingFiles
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.files = self.files_class()
+
+    @property
+    def reads(self) -> int:
+        return self.files.reads
+
+
+class RemoteLogDriver(CountingDriver):
+    """A backend whose logs are written on other hosts: no file here to watch."""
+
+    files_class = RemoteLogFiles
 
 
 class Served(Plane):
@@ -280,7 +300,7 @@ def test_a_follow_of_an_ended_job_reads_it_all_and_ends(served):
 
 
 def test_the_log_path_is_the_job_directorys_combined_log(tmp_path):
-    assert driver().log_path(tmp_path) == Path(tmp_path) / "output.log"
-    assert driver().log_size(tmp_path) == 0
+    assert driver().files.log_path(tmp_path) == Path(tmp_path) / "output.log"
+    assert driver().files.log_size(tmp_path) == 0
     (tmp_path / "output.log").write_text("[rank 0] partial")
-    assert driver().log_size(tmp_path) == len("[rank 0] partial")
+    assert driver().files.log_size(tmp_path) == len("[rank 0] partial")

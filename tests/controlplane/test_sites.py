@@ -9,6 +9,7 @@ from cellscale.runtime.jobdir import JobDir
 from cellscale.spec import Phase
 from cellscale.vocabulary import AttemptState, Fault
 from cellscale_hub.drivers import BackendUnreachable, Observation
+from cellscale_hub.drivers.capabilities import WatchesNodes
 from cellscale_hub.drivers.local import LocalDriver
 from cellscale_hub.tenancy import Tenancy
 from tests.controlplane.conftest import Plane
@@ -45,7 +46,7 @@ def site_tenancy(burst: str = "allow", budget: float | None = None) -> Tenancy:
     )
 
 
-class Site(LocalDriver):
+class Site(LocalDriver, WatchesNodes):
     """A local backend that can be made to stop answering, to have no capacity, or to
     announce that its nodes go away."""
 

@@ -39,7 +39,7 @@ WEIGHT = 2 * 1.0 + 4 * 0.5 + 2 * 0.25  # 2 GPUs, 4 CPUs, 2 GiB under those weigh
 def controller(store: Store, tmp_path: Path) -> Controller:
     book = TenancyBook(store)
     book.seed(TENANCY, actor="test")
-    local = SimpleNamespace(assigns_gpu_ids=False)  # admission asks no more of the backend here
+    local = SimpleNamespace()  # admission asks no more of the backend here (it assigns no GPU ids)
     return Controller(store, {"local": local}, tmp_path / "jobs", bundles=None, tenancy=book)
 
 

@@ -72,7 +72,7 @@ def test_an_attempts_manifest_validates(spec):
 
 @pytest.mark.parametrize("owner", ["alice", "_svc", "bob_", "build-", "a" * 32])
 def test_any_unix_user_gets_a_valid_manifest_or_a_clear_refusal(owner):
-    """Job owners are Unix user names (`drivers.base.UNIX_USER`), which may start with '_' or end with
+    """Job owners are Unix user names (`proc.UNIX_USER`), which may start with '_' or end with
     '_' or '-': a label value may not. Rendering either refuses in words or gives a valid manifest,
     never one the apiserver would refuse at submit."""
     try:

@@ -56,14 +56,18 @@ def test_a_pool_run_as_its_owner_can_read_what_the_control_plane_wrote(tmp_path,
     first pool starts, and each file written later (an array, a throttle) is given to the
     owner (without it every pool said "no array 1")."""
     from cellscale.runtime.records import ArrayPlan
-    from cellscale_hub.drivers import base, local
-    from cellscale_hub.drivers.base import ArrayRef
+    from cellscale_hub.drivers import capabilities, local
+    from cellscale_hub.drivers.capabilities import ArrayRef
 
     handed, files, spawned = [], [], []
     monkeypatch.setattr(local, "hand_to_owner", lambda user, job_dir: handed.append((user, job_dir)))
     monkeypatch.setattr(local, "owner_of", lambda path: "root")  # the control plane made the directory
-    monkeypatch.setattr(local, "hand_files_to_owner", lambda user, paths: files.append((user, [p.name for p in paths])))
-    monkeypatch.setattr(base, "hand_files_to_owner", lambda user, paths: files.append((user, [p.name for p in paths])))
+
+    def hand_files(user, paths):
+        files.append((user, [p.name for p in paths]))
+
+    monkeypatch.setattr(local, "hand_files_to_owner", hand_files)
+    monkeypatch.setattr(capabilities, "hand_files_to_owner", hand_files)
     monkeypatch.setattr(local.proc, "spawn_detached", lambda argv, **kw: spawned.append(argv) or _Child())
     spec = JobSpec(source="y = x", launcher="plain", sweep={"points": 2, "points_sha256": "0" * 64, "max_parallel": 2})
     ref = AttemptRef(job_id="cs-0123456789ab", number=1, job_dir=tmp_path, spec=spec, owner="alice")

@@ -15,22 +15,22 @@ from traitlets.config import Config
 from cellscale.runtime.records import StagePlan
 from cellscale.spec import BackendView, JobSpec, Launcher, Sweep
 from cellscale.vocabulary import AttemptState, Fault
-from cellscale_hub.drivers.base import ArrayPlan, ArrayRef, AttemptRef, BackendUnreachable, SpecRejected
-from cellscale_hub.drivers.slurm import (
-    AccountLimits,
-    SlurmDriver,
-    _gpus_of,
-    _slurm_minutes,
-    _state,
-    account_limits,
+from cellscale_hub.drivers.base import AttemptRef, BackendUnreachable, SpecRejected
+from cellscale_hub.drivers.capabilities import ArrayPlan, ArrayRef
+from cellscale_hub.drivers.slurm import SlurmDriver
+from cellscale_hub.drivers.slurm.accounts import AccountLimits, account_limits
+from cellscale_hub.drivers.slurm.driver import master_port
+from cellscale_hub.drivers.slurm.parse import (
     command_error,
     expand_hostlist,
+    gpus_of,
+    job_state,
     json_answer,
-    master_port,
     parse_estimate,
     parse_estimate_nodes,
-    sbatch_quote,
+    slurm_minutes,
 )
+from cellscale_hub.drivers.slurm.script import sbatch_quote
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.tenancy import Tenancy
 
@@ -296,12 +296,12 @@ def test_a_request_no_partition_can_satisfy_is_refused():
     ],
 )
 def test_state_parsing(entry, state):
-    assert _state(entry) == state
+    assert job_state(entry) == state
 
 
 @pytest.mark.parametrize(("gres", "gpus"), [("gpu:8", 8), ("gpu:a100:4(S:0-1)", 4), ("", 0), ("mps:100", 0)])
 def test_gres_parsing(gres, gpus):
-    assert _gpus_of(gres) == gpus
+    assert gpus_of(gres) == gpus
 
 
 def test_rendezvous_port_is_stable_per_attempt():
@@ -578,7 +578,7 @@ def test_hostlists_expand(text, names):
     ("value", "minutes"), [("7-00:00:00", 7 * 1440), ("60", 60), ("1:30:00", 90), ("UNLIMITED", float("inf"))]
 )
 def test_partition_max_time(value, minutes):
-    assert _slurm_minutes(value) == minutes
+    assert slurm_minutes(value) == minutes
 
 
 def sites_driver(idle: int, max_time: str = "7-00:00:00") -> Scripted:

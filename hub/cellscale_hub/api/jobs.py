@@ -35,6 +35,7 @@ from cellscale_hub.auth import Principal
 from cellscale_hub.control.sweeps import create_points, settle_points
 from cellscale_hub.cost import costs
 from cellscale_hub.drivers import AttemptRef, Driver
+from cellscale_hub.drivers.capabilities import AssignsGpuIds
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.routing import NoTenant, Placement, Refused, place
 from cellscale_hub.store import jobs as q
@@ -139,7 +140,7 @@ def render(body: SubmitRequest, who: Submitter, ctx: Ctx) -> RenderView:
     """The dry run: the exact script the backend would run, without submitting."""
     where = _placement(ctx, who, body.spec)
     driver, spec = ctx.drivers[where.backend], where.spec
-    gpus = tuple(range(spec.resources.gpus_per_node)) if driver.assigns_gpu_ids else ()
+    gpus = tuple(range(spec.resources.gpus_per_node)) if isinstance(driver, AssignsGpuIds) else ()
     ref = AttemptRef(
         job_id="cs-dryrun",
         number=1,
@@ -270,7 +271,7 @@ def checkpoints(job_id: str, who: Reader, ctx: Ctx) -> list[CheckpointView]:
         job = visible_job(session, job_id, who)
         backend, numbers = job.backend, [a.number for a in job.attempts]
     return sorted(
-        _driver(ctx, backend).checkpoints(ctx.jobs_root / job_id, numbers),
+        _driver(ctx, backend).files.checkpoints(ctx.jobs_root / job_id, numbers),
         key=lambda c: (c.committed_at, c.step),
         reverse=True,
     )
@@ -291,7 +292,8 @@ def result(job_id: str, who: Reader, ctx: Ctx) -> Response:
     bytes; only the submitting kernel, which holds the key, checks and unpickles them."""
     with ctx.store.session() as session:
         job = visible_job(session, job_id, who)
-        found = _driver(ctx, job.backend).result_file(ctx.jobs_root / job_id) if job.result_available else None
+        files = _driver(ctx, job.backend).files
+        found = files.result_file(ctx.jobs_root / job_id) if job.result_available else None
         if found is None:
             raise HTTPException(
                 404, f"job {job_id} has no result ({job.phase.lower()}; outputs: {job.spec.get('outputs')})"

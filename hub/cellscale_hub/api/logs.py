@@ -16,7 +16,7 @@ KEEPALIVE_SECONDS = 15.0
 
 def _read(ctx: Context, driver: Driver, job_id: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
     """Whole lines from `offset`, and the log's size, through the job's driver."""
-    return driver.read_log(ctx.jobs_root / job_id, offset, max_bytes)
+    return driver.files.read_log(ctx.jobs_root / job_id, offset, max_bytes)
 
 
 def _terminal(ctx: Context, job_id: str) -> bool:

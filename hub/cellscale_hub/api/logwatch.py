@@ -40,11 +40,11 @@ class FollowedLog:
 
     def __init__(self, job_id: str, driver: Driver, job_dir: Path):
         self.job_id, self.driver, self.job_dir = job_id, driver, job_dir
-        self.path = driver.log_path(job_dir)
+        self.path = driver.files.log_path(job_dir)
         self.followers = 0
         self.version = 0
         self.ended = False
-        self.size = driver.log_size(job_dir)
+        self.size = driver.files.log_size(job_dir)
         self.wd: int | None = None  # the inotify watch on the log's directory, or on the nearest one above it
         self.watching: Path | None = None
         self.poller: asyncio.Task | None = None
@@ -219,7 +219,7 @@ class _LoopWatch:
             await asyncio.sleep(UNWATCHED_POLL_SECONDS if unwatched else followed.driver.log_poll_interval)
             if unwatched:
                 self._arm(followed)
-            size = followed.driver.log_size(followed.job_dir)
+            size = followed.driver.files.log_size(followed.job_dir)
             if size != followed.size:
                 followed.size = size
                 followed.changed()

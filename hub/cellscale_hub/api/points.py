@@ -36,7 +36,9 @@ RESULTS_BYTES = 32 * 2**20  # one bulk answer stops adding outputs past this
 def outputs_file(ctx: Context, row: SweepPoint | None, source: Job | None):
     """(path, tag) of a point's outputs in the directory of the job that wrote them, or None."""
     driver = ctx.drivers.get(source.backend) if row is not None and source is not None else None
-    return driver.point_result_file(ctx.jobs_root / source.id, row.result_point, row.result_array) if driver else None
+    if driver is None:
+        return None
+    return driver.files.point_result_file(ctx.jobs_root / source.id, row.result_point, row.result_array)
 
 
 router = APIRouter()
@@ -127,7 +129,9 @@ def point_result(job_id: str, index: Index, who: Reader, ctx: Ctx) -> Response:
             raise HTTPException(404, f"point {index} of {job_id} has no outputs ({state})")
         driver = ctx.drivers.get(source.backend)
         found = (
-            driver.point_result_file(ctx.jobs_root / source.id, row.result_point, row.result_array) if driver else None
+            driver.files.point_result_file(ctx.jobs_root / source.id, row.result_point, row.result_array)
+            if driver
+            else None
         )
     if found is None:
         raise HTTPException(404, f"the outputs of point {index} of {job_id} are gone from {source.id}'s directory")
@@ -155,7 +159,7 @@ def point_logs(
         settled = job.phase.terminal
     if driver is None:
         raise HTTPException(503, f"backend {job.backend!r} is not configured on this control plane any more")
-    data, size = driver.read_point_log(ctx.jobs_root / job_id, index, offset, max_bytes)
+    data, size = driver.files.read_point_log(ctx.jobs_root / job_id, index, offset, max_bytes)
     end = offset + len(data)
     text = data.decode(errors="replace")
     return LogChunk(offset=offset, next_offset=end, text=text, complete=settled and end >= size)

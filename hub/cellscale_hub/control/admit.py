@@ -22,6 +22,7 @@ from cellscale_hub.control.settings import Settings
 from cellscale_hub.control.sitehealth import SiteBoard
 from cellscale_hub.control.steps import isolated
 from cellscale_hub.drivers import AttemptRef, Driver, flavor_capacities
+from cellscale_hub.drivers.capabilities import AssignsGpuIds
 from cellscale_hub.metrics import Metrics
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.scheduling.capacity import allocate
@@ -119,7 +120,7 @@ class Admitter:
         return {
             name: [g for a in q.active_attempts(session, name) for g in (a.gpu_ids or [])]
             for name, driver in self.drivers.items()
-            if driver.assigns_gpu_ids
+            if isinstance(driver, AssignsGpuIds)
         }
 
     def _admit_one(self, session, tenancy: Tenancy, grant: Admission, in_use: dict[str, list[int]]):
@@ -130,7 +131,7 @@ class Admitter:
         backend = tenancy.flavors[grant.flavor].backend
         driver = self.drivers[backend]
         gpu_ids: list[int] = []
-        if driver.assigns_gpu_ids:
+        if isinstance(driver, AssignsGpuIds):
             gpu_ids = allocate(driver.capacity().capacity_gpus, in_use[backend], job.gpus) or []
             if len(gpu_ids) < job.gpus:
                 return None  # quota says yes, the machine is still busy: next cycle

@@ -123,11 +123,11 @@ class AttemptReconciler:
 
     # -- poll ------------------------------------------------------------------------------
     def _observe_all(self, driver: Driver, refs: dict[int, AttemptRef], attempts: list[Attempt]):
-        """`driver.observe_attempts` for plain attempts, the sweep runner for sweeps' (raises
-        BackendUnreachable when the backend does not answer)."""
+        """`driver.poll` for plain attempts (with what `driver.files.annotate` adds), the sweep runner
+        for sweeps' (raises BackendUnreachable when the backend does not answer)."""
         sweeps = [ref for ref in refs.values() if ref.spec.sweep is not None]
         plain = [ref for ref in refs.values() if ref.spec.sweep is None]
-        observed = driver.observe_attempts(plain) if plain else {}
+        observed = driver.files.annotate(plain, driver.poll(plain)) if plain else {}
         if sweeps:
             now = utcnow()
             stopping = {

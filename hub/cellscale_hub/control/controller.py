@@ -29,6 +29,7 @@ from cellscale_hub.control.staging import StageAhead
 from cellscale_hub.control.steps import isolated
 from cellscale_hub.cost.metering import Metering
 from cellscale_hub.drivers import Driver, flavor_capacities
+from cellscale_hub.drivers.capabilities import MirrorsTenancy
 from cellscale_hub.metrics import Metrics
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
@@ -151,6 +152,6 @@ class Controller:
         """Tell the backend's own scheduler about quotas and shares, once per tenancy change
         (retried each cycle until the backend accepts it)."""
         revision = self.tenancy.revision
-        if self._mirrored.get(backend) != revision:
+        if isinstance(driver, MirrorsTenancy) and self._mirrored.get(backend) != revision:
             driver.apply_tenancy(self.tenancy.current)
             self._mirrored[backend] = revision

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from cellscale.spec import JobSpec, Resources
 from cellscale_hub.drivers import Driver
+from cellscale_hub.drivers.capabilities import EstimatesStart
 from cellscale_hub.scheduling.placement import SiteState, duration_words
 from cellscale_hub.tenancy import Tenancy
 
@@ -106,7 +107,7 @@ class SiteBoard:
                 raise LookupError("no desk has quota there")
             view = driver.capacity()
             probe = JobSpec(source="pass", resources=Resources(gpus_per_node=view.gpus_per_node, timeout_min=60))
-            at = driver.start_estimate(probe, account)
+            at = driver.start_estimate(probe, account) if isinstance(driver, EstimatesStart) else None
             seconds = max(0.0, at - time.time()) if at is not None else 0.0
         except Exception:  # an estimate is a hint: placement goes on without it
             log.debug("no start estimate from %s", backend, exc_info=True)

@@ -15,6 +15,7 @@ from cellscale_hub.control.settings import Settings
 from cellscale_hub.control.sitehealth import SiteBoard
 from cellscale_hub.control.steps import isolated
 from cellscale_hub.drivers import AttemptRef, Driver, Observation
+from cellscale_hub.drivers.capabilities import WatchesNodes
 from cellscale_hub.scheduling.types import Preemption
 from cellscale_hub.store import Store
 from cellscale_hub.store.models import Attempt, utcnow
@@ -44,7 +45,7 @@ class SiteReconciler:
             unknown = f"{backend} does not answer ({why}): the attempt's state is unknown, not lost"
             obs = Observation(AttemptState.UNKNOWN, reason=unknown)
             moves = lost_for >= self.settings.site_lost_timeout_s and attempt.started_at is None
-            if moves and self.drivers[backend].fence(ref):
+            if moves and self.drivers[backend].files.fence(ref):
                 obs = Observation(
                     AttemptState.LOST,
                     fault=Fault.CAPACITY,
@@ -83,7 +84,7 @@ class SiteReconciler:
     ) -> None:
         """A node announced to go away (a spot reclaim): preempt what runs there, with the
         checkpoint warning, and place nothing new on that backend for a while."""
-        notices = driver.node_notices()
+        notices = driver.node_notices() if isinstance(driver, WatchesNodes) else {}
         if not notices:
             return
         now = utcnow()

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import EventKind, EventReason, Phase
-from cellscale_hub.drivers.base import AttemptRef, Driver, StageProgress
+from cellscale_hub.drivers.base import AttemptRef, Driver
+from cellscale_hub.drivers.capabilities import StageProgress, StagesAhead
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Job
 from cellscale_hub.waiting import WaitingBoard
@@ -76,7 +77,7 @@ class StageAhead:
 
     def _stage(self, session, job: Job) -> None:
         driver = self.drivers.get(job.backend)
-        if driver is None or not driver.stages_ahead:
+        if not isinstance(driver, StagesAhead):
             return
         ref = self._ref(job)
         staging = self._jobs.get(job.id)

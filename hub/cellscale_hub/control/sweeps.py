@@ -31,7 +31,8 @@ from sqlalchemy.orm import Session
 from cellscale.points import point_key
 from cellscale.spec import JobSpec, PointView
 from cellscale.vocabulary import AttemptState, Fault, PointStatus
-from cellscale_hub.drivers.base import ArrayPlan, ArrayRef, AttemptRef, Driver, Observation
+from cellscale_hub.drivers.base import AttemptRef, Driver, Observation
+from cellscale_hub.drivers.capabilities import ArrayPlan, ArrayRef, AssignsGpuIds
 from cellscale_hub.faults import decide
 from cellscale_hub.store import Store
 from cellscale_hub.store.models import Job, SweepArray, SweepPoint, utcnow
@@ -287,7 +288,7 @@ class SweepRunner:
         res = ref.spec.resources
         per_slot = res.gpus_per_node
         slots = []
-        if driver.assigns_gpu_ids and per_slot:
+        if isinstance(driver, AssignsGpuIds) and per_slot:
             ids = list(ref.gpu_ids)
             slots = [ids[i : i + per_slot] for i in range(0, len(ids) - per_slot + 1, per_slot)]
         longest = max((len(task) for task in row.tasks), default=1)
@@ -334,7 +335,7 @@ class SweepRunner:
         stopping: bool,
     ) -> Observation:
         seen = self._seen.setdefault(ref.key, _Seen())
-        files = driver.sweep_dir(ref.job_dir)
+        files = driver.files.sweep_dir(ref.job_dir)
         by_number = {a.plan.number: a for a in arrays}
         # what ended is asked of the backend BEFORE the files are read: a task that ends in
         # between has written its outcomes by then, and is not taken as lost

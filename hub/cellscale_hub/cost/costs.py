@@ -15,11 +15,12 @@ from sqlalchemy.orm import Session
 from cellscale.spec import CostEstimate, JobSpec
 from cellscale.vocabulary import Phase
 from cellscale_hub.cost.cloudbill import Instance
+from cellscale_hub.cost.ledger import CloudBill, CostReport, Interval, Pool, report
 from cellscale_hub.drivers import Driver
+from cellscale_hub.drivers.capabilities import CloudPool
 from cellscale_hub.scheduling.placement import Spend, usd_words
 from cellscale_hub.store.jobs import span_words
 from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerRow
-from cellscale_hub.cost.ledger import CloudBill, CostReport, Interval, Pool, report
 from cellscale_hub.tenancy import Tenancy
 
 HISTORY_JOBS = 200  # the user's newest finished jobs searched for earlier runs of a cell
@@ -80,7 +81,7 @@ def read_inputs(
         Pool(s.flavor, s.backend, s.start.timestamp(), s.end.timestamp(), s.gpus, s.usd_per_gpu_hour) for s in spans
     ]
     instances = {
-        flavor: drivers[config.backend].cloud_instances()
+        flavor: drivers[config.backend].cloud_instances() if isinstance(drivers[config.backend], CloudPool) else []
         for flavor, config in tenancy.flavors.items()
         if tenancy.is_cloud(flavor) and config.backend in drivers
     }

@@ -27,6 +27,7 @@ from cellscale.runtime.records import NodeUsage
 from cellscale_hub.control.settings import Settings
 from cellscale_hub.cost.cloudbill import attribute
 from cellscale_hub.drivers import Driver
+from cellscale_hub.drivers.capabilities import CloudPool
 from cellscale_hub.metrics import Metrics
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.scheduling.resources import Amounts
@@ -309,6 +310,8 @@ class Metering:
     def bill_cloud(self, backend: str, driver: Driver) -> None:
         """Attribute a cloud pool's bill to the attempts that held its nodes (`cloudbill`), every
         `cloud_bill_interval_s`: each attempt's share (boot, run, idle tail) in `cloud_usd`."""
+        if not isinstance(driver, CloudPool):
+            return
         if time.monotonic() - self._billed_at.get(backend, 0.0) < self.settings.cloud_bill_interval_s:
             return
         self._billed_at[backend] = time.monotonic()
@@ -339,7 +342,8 @@ class Metering:
             refs = {a.id: attempt_ref(self.jobs_root, a.job, a) for a in unmet}
         if not unmet:
             return
-        used = {a.id: used_of(driver.usage(refs[a.id]), refs[a.id].spec.resources.nodes) for a in unmet}
+        usage = driver.files.usage
+        used = {a.id: used_of(usage(refs[a.id]), refs[a.id].spec.resources.nodes) for a in unmet}
         tenancy = self.tenancy.current
         alive = self._alive_at.get(backend, {})
         rows, hours = [], {}

@@ -1,41 +1,24 @@
 """The driver interface: what the control plane needs from a scheduler (the contract is on
-`Driver` itself), and what drivers hand back (`Observation`)."""
+`Driver` itself), and what drivers hand back (`Observation`). What only some backends do is
+opt-in (`drivers.capabilities`); what a job's directory says is read through `Driver.files`
+(`drivers.jobfiles`)."""
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import pwd
-import re
-import time
+from abc import ABCMeta
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
-from traitlets import Float, Unicode
+from traitlets import Float, MetaHasTraits, Unicode
 from traitlets.config import LoggingConfigurable
 
-from cellscale.runtime.jobdir import JobDir, write_atomic
-from cellscale.runtime.records import (
-    ArrayPlan,
-    Checkpoint,
-    DataCacheSettings,
-    LaunchPlan,
-    NodeUsage,
-    ResumeReport,
-    StagePlan,
-    StageProgress,
-)
-from cellscale.runtime.sweepdir import SweepDir
-from cellscale.spec import BackendView, CheckpointView, IoProfileView, JobSpec
+from cellscale.runtime.jobdir import JobDir
+from cellscale.runtime.records import Checkpoint, DataCacheSettings, LaunchPlan, ResumeReport
+from cellscale.spec import BackendView, IoProfileView, JobSpec
 from cellscale.vocabulary import AttemptState, Fault
-from cellscale_hub.cost.cloudbill import Instance, Run
-from cellscale_hub.faults import from_exit_records
-from cellscale_hub.drivers.ioprofile import io_profile
-from cellscale_hub.tenancy import Tenancy
-
-UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+from cellscale_hub.drivers.jobfiles import JobFiles
 
 
 class SpecRejected(ValueError):
@@ -45,45 +28,6 @@ class SpecRejected(ValueError):
 class BackendUnreachable(RuntimeError):
     """The backend's scheduler does not answer (its controller is down or cut off): what it
     runs is unknown, not gone. Raised by `poll` (and any query) instead of a generic error."""
-
-
-def as_user(prefix: list[str], user: str) -> list[str]:
-    """The privilege step that runs a command as the job's owner (`runuser -u {user} --` as
-    root, `sudo -n -u {user} --` in production), with the validated user name filled in."""
-    if not UNIX_USER.match(user):
-        raise SpecRejected(f"user name {user!r} is not a valid Unix user name; jobs run as their owner")
-    return [part.replace("{user}", user) for part in prefix]
-
-
-def hand_to_owner(user: str, job_dir: Path) -> None:
-    """As root, give the job directory to the user who runs the job, readable by them alone
-    (desk-mates read it through the API, which checks). Not root: nothing to do (the control
-    plane and its jobs share one Unix user)."""
-    if os.geteuid() != 0:
-        return
-    hand_files_to_owner(user, [job_dir, *job_dir.rglob("*")])
-    job_dir.chmod(0o700)
-
-
-def owner_of(path: Path) -> str | None:
-    """The user name owning `path` (None: gone, or a uid with no name)."""
-    try:
-        return pwd.getpwuid(path.stat().st_uid).pw_name
-    except (KeyError, OSError):
-        return None
-
-
-def hand_files_to_owner(user: str, paths: list[Path]) -> None:
-    """As root, give these files (written since the job directory was handed over) to the job's
-    user; not root: nothing to do."""
-    if os.geteuid() != 0:
-        return
-    try:
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        raise RuntimeError(f"there is no Unix user {user!r} on this machine; jobs run as their owner") from None
-    for path in paths:
-        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
 
 
 @dataclass(frozen=True)
@@ -126,55 +70,20 @@ class Observation:
     fault: Fault | None = None  # why an ended attempt did not succeed (None: it did, or was cancelled)
     failed_nodes: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()  # the nodes the attempt holds (known once the backend placed it)
-    checkpoint: Checkpoint | None = None  # the newest this attempt committed (filled in by Driver.observe_attempts)
-    resume: ResumeReport | None = None  # what this attempt resumed from (filled in by Driver.observe_attempts)
-    result: bool = False  # rank 0 wrote its outputs (filled in by Driver.observe_attempts once the attempt SUCCEEDED)
-    io: IoProfileView | None = None  # what its ranks read (filled in by Driver.observe_attempts once the attempt ended)
+    checkpoint: Checkpoint | None = None  # the newest this attempt committed (filled in by JobFiles.annotate)
+    resume: ResumeReport | None = None  # what this attempt resumed from (filled in by JobFiles.annotate)
+    result: bool = False  # rank 0 wrote its outputs (filled in by JobFiles.annotate once the attempt SUCCEEDED)
+    io: IoProfileView | None = None  # what its ranks read (filled in by JobFiles.annotate once the attempt ended)
     # the allocation's start and end (None: still held) as the backend's own scheduler has them: the ledger's clock
     held: tuple[float, float | None] | None = None
 
 
-@dataclass(frozen=True)
-class ArrayRef:
-    """One array of a sweep's attempt (a Slurm job array, a local task pool), as a driver sees it."""
-
-    ref: AttemptRef
-    plan: ArrayPlan
-    backend_ref: str | None = None
-    submitted_at: datetime | None = None
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.ref.job_id, self.plan.number)
+class DriverMeta(MetaHasTraits, ABCMeta):
+    """Traitlets' metaclass and ABC's in one, so that a driver may inherit the capability ABCs
+    of `drivers.capabilities`."""
 
 
-@dataclass(frozen=True)
-class TaskEnd:
-    """How a sweep task that left no outcome for some of its points ended, as the backend says."""
-
-    fault: Fault | None  # None: cancelled on request (no budget is spent)
-    words: str
-    node: str | None = None  # the node to blame (an infrastructure fault)
-
-
-def heartbeat_of(ref: AttemptRef, nodes: int) -> tuple[datetime | None, int | None]:
-    """(oldest heartbeat across the nodes, step) from the job directory; None until every
-    node has beaten once, so one silent node shows as silence."""
-    beats = [ref.dir.read_heartbeat(ref.number, node) for node in range(nodes)]
-    if not beats or any(beat is None for beat in beats):
-        return None, None
-    oldest = min(beat.at for beat in beats)
-    return datetime.fromtimestamp(oldest, UTC), beats[0].step
-
-
-def fault_from_job_dir(ref: AttemptRef, nodes: int) -> Fault:
-    """The class of a failed gang from its nodes' exit records; a gang with no record at all
-    lost its supervisors: an infrastructure fault."""
-    records = [ref.dir.read_exit(ref.number, node) for node in range(nodes)]
-    return from_exit_records(r.reason for r in records if r is not None) or Fault.INFRASTRUCTURE
-
-
-class Driver(LoggingConfigurable):
+class Driver(LoggingConfigurable, metaclass=DriverMeta):
     """A scheduler kind (Slurm, the local machine, ...); each configured backend is one instance.
 
     Admins name a driver by its entry point in the `cellscale.drivers` group ("local",
@@ -194,7 +103,7 @@ class Driver(LoggingConfigurable):
     - `poll(refs)` -> {ref.key: Observation}: ONE batched query for all active attempts of
       this backend. An attempt the backend did not answer for is UNKNOWN, never "gone"; an
       ended one carries its exit code, its reason in words, its `Fault` class and the nodes
-      to blame. Heartbeats come from the job directory (`heartbeat_of`).
+      to blame. Heartbeats come from the job directory (`jobfiles.heartbeat_of`).
     - `cancel(ref)`: ask the backend to stop the attempt (the job dir's exit record follows).
     - `warn(ref)`: deliver the preemption warning (SIGUSR1 to each node's supervisor, which
       tells the ranks); the controller cancels the attempt when the grace period ends.
@@ -204,44 +113,25 @@ class Driver(LoggingConfigurable):
     - `shape(spec)`: the spec as this backend runs it (Slurm: whole nodes); identity.
     - `validate(spec)`: refuse a spec this backend can never run (SpecRejected, saying what
       to change); by default checked against `capacity()`.
-    - `validate_for(spec, tenant, queue)`: refuse what this backend's own queueing would never
-      admit for this desk and queue (Kubernetes: Kueue's LocalQueue missing or stopped); nothing
-      by default.
     - `launch_plan(ref)`: what the attempt's runtime reads (Slurm adds its rendezvous).
-    - `apply_tenancy(tenancy)`: mirror quotas and fair share into a backend that has a
-      scheduler of its own (Slurm: account limits and shares); nothing by default.
-    - `start_estimate(spec, account)` -> epoch seconds: when the backend's own scheduler would
-      start this job if it were submitted now (Slurm: `sbatch --test-only`); None when it
-      cannot say (the default).
-    - `node_notices()` -> {node: words}: nodes the backend announces are going away soon (a
-      cloud's spot reclaim notice); the controller preempts what runs there, with its
-      checkpoint warning. Nothing by default.
-    - `cloud_instances()` and `node_runs(refs)`: a backend on rented nodes reports its cloud
-      bill per instance and which attempt held which node when; the controller attributes the
-      bill to attempts (`cloudbill`). Nothing by default.
-    - Staging ahead (`stages_ahead = True`): `stage_targets(ref)` -> the nodes a waiting job
-      would start on (Slurm: `sbatch --test-only`); `start_staging(ref, nodes)` starts
-      `cellscale.runtime.stage` on each of them (after `stage_plan`), so its datasets are in
-      the nodes' caches before it starts. Without it, each node stages when the job starts.
-    - `fence(ref)`: before an attempt that never started moves to another backend, make sure
-      it never starts here (the job directory's gate by default).
-    - Sweeps (`JobSpec.sweep`; `runs_sweeps = True`): the control plane (`cellscale_hub.control.sweeps`)
-      submits a sweep's tasks as arrays and rebalances them; the driver runs them. Override
-      `max_array_size()` (the most indexes one array may have), `submit_array(array)` -> the
-      backend's id (idempotent: `array.ref.resubmit` may find it already there),
-      `live_tasks(arrays)` -> {array.key: {index: "pending" | "running"}} in ONE query for all
-      of them (an index absent has ended), `task_end(array, index)` -> TaskEnd (None while the
-      backend has not settled it), `cancel_array(array)`, `throttle_array(array, n)`.
-    - The job-directory methods (`prepare`, `read_log`, `log_path`, `log_size`, `checkpoints`,
-      `result_file`, `io_profile`, and the facts `observe_attempts` adds to each observation) assume a directory
-      every node and the control plane share (`ref.job_dir`). A backend whose jobs write elsewhere
-      (object storage, a pod's volume) overrides them; nothing else in the control plane opens a
-      job's files.
+    - `prepare(ref, bundle, points)`: write what the attempt's runtime reads before `submit`
+      (through `files`).
 
-    The controller calls `observe_attempts(refs)`, never `poll` directly, and sets `notify` to
-    its `wake()`: a driver that learns by itself that an attempt ended (the local backend sees
-    its supervisor exit) calls `notify()`, from any thread, so that the end is reconciled now
-    rather than at the next tick. A driver without such news never calls it.
+    What only some backends do is opt-in: a driver also inherits the ABCs of
+    `drivers.capabilities` it implements (`RunsSweeps`, `StagesAhead`, `MirrorsTenancy`,
+    `EstimatesStart`, `WatchesNodes`, `CloudPool`, `ChecksQueue`, `AssignsGpuIds`), and the
+    control plane asks `isinstance(driver, RunsSweeps)` before it uses one.
+
+    `files` (a `JobFiles`) reads the job directory for the control plane: logs, checkpoints,
+    outputs, usage, a sweep's files, and the facts `files.annotate` adds to `poll`'s
+    observations. It assumes a directory every node and the control plane share
+    (`ref.job_dir`); a backend whose jobs write elsewhere (object storage, a pod's volume) sets
+    a `files` of its own; nothing else in the control plane opens a job's files.
+
+    The controller sets `notify` to its `wake()`: a driver that learns by itself that an
+    attempt ended (the local backend sees its supervisor exit) calls `notify()`, from any
+    thread, so that the end is reconciled now rather than at the next tick. A driver without
+    such news never calls it.
     """
 
     kind: str = "base"
@@ -270,10 +160,7 @@ class Driver(LoggingConfigurable):
         0.1, min=0.0, max=0.9, help="Fraction of the cache's filesystem it always leaves free."
     ).tag(config=True)
 
-    assigns_gpu_ids = False  # True: the control plane picks GPU ids (the backend does not)
-    stages_ahead = False  # True: it implements stage_targets and start_staging
-    runs_sweeps = False  # True: it implements the sweep methods (submit_array and the rest)
-
+    files: JobFiles = JobFiles()  # the job directory, as the control plane reads it
     notify: Callable[[], None] = staticmethod(lambda: None)  # the controller's wake(), once it is set
 
     REQUIRED = ("capacity", "render", "submit", "poll", "cancel", "warn")
@@ -343,9 +230,6 @@ class Driver(LoggingConfigurable):
                 f"({cap.memory_mb_per_node}M); ask for at most --mem {cap.memory_mb_per_node // 1024}G"
             )
 
-    def validate_for(self, spec: JobSpec, tenant: str, queue: str) -> None:
-        """Refuse a spec the backend's own queues would never admit for this desk's queue."""
-
     def launch_plan(self, ref: AttemptRef) -> LaunchPlan:
         """What the attempt's runtime reads; backends add what only they know."""
         spec, res = ref.spec, ref.spec.resources
@@ -369,6 +253,7 @@ class Driver(LoggingConfigurable):
         )
 
     def data_cache(self) -> DataCacheSettings:
+        """The nodes' dataset cache (the `data_cache_*` traits), as launch and staging plans carry it."""
         max_gb = self.data_cache_max_gb
         return DataCacheSettings(
             root=self.data_cache_root,
@@ -376,179 +261,7 @@ class Driver(LoggingConfigurable):
             min_free_ratio=self.data_cache_min_free,
         )
 
-    # -- staging a waiting job's datasets ahead (stages_ahead) -------------------------------------
-    def stage_targets(self, ref: AttemptRef) -> list[str] | None:
-        """The nodes the waiting job (its next attempt `ref`) would start on, as the backend's
-        scheduler plans it now; None: it cannot say (then its nodes stage at start)."""
-        return None
-
-    def start_staging(self, ref: AttemptRef, nodes: list[str]) -> None:
-        """Start copying the job's datasets into these nodes' caches (`cellscale.runtime.stage`),
-        without waiting; progress is read back with `staging_progress`."""
-        raise NotImplementedError(f"backend {self.name!r} does not stage ahead")
-
-    def stage_plan(self, ref: AttemptRef, nodes: list[str]) -> None:
-        """Write the staging plan the nodes' stagers read (`start_staging` hands it to the owner)."""
-        ref.dir.write_stage_plan(
-            StagePlan(
-                datasets=ref.spec.datasets, cache=self.data_cache(), nodes=nodes, env=ref.spec.env, at=time.time()
-            )
-        )
-
-    def staging_progress(self, ref: AttemptRef, nodes: list[str]) -> dict[str, StageProgress]:
-        """Each node's staging progress so far (nodes that have not begun are absent)."""
-        return ref.dir.read_stage_progress(nodes)
-
-    def apply_tenancy(self, tenancy: Tenancy) -> None:
-        """Mirror quotas and fair share into the backend's own scheduler; nothing to do for a
-        backend that only runs what cellscale admits."""
-
-    def start_estimate(self, spec: JobSpec, account: str) -> float | None:
-        """When the backend's scheduler would start `spec` if submitted now (epoch seconds);
-        None: it cannot say."""
-        return None
-
-    def node_notices(self) -> dict[str, str]:
-        """Nodes announced to go away soon (node -> the notice in words)."""
-        return {}
-
-    def cloud_instances(self) -> list[Instance]:
-        """The cloud bill of this backend's nodes, per instance (a backend on rented nodes);
-        none by default."""
-        return []
-
-    def node_runs(self, refs: list[AttemptRef]) -> list[Run]:
-        """Which of these attempts held which node when, from the backend's own accounting
-        (to attribute `cloud_instances()`); none by default."""
-        return []
-
-    def fence(self, ref: AttemptRef) -> bool:
-        """Make sure an attempt that has not started never starts (before it is moved to another
-        backend): True if fenced, False if it had started. The job directory's gate by default."""
-        return ref.dir.pass_gate(ref.number, "fenced") == "fenced"
-
-    # -- sweeps (runs_sweeps) ------------------------------------------------------------------------
-    def max_array_size(self) -> int:
-        """The most indexes one array may have (Slurm's MaxArraySize caps the index: 0..size-1)."""
-        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
-
-    def submit_array(self, array: ArrayRef) -> str:
-        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
-
-    def live_tasks(self, arrays: list[ArrayRef]) -> dict[tuple[str, int], dict[int, str]]:
-        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
-
-    def task_end(self, array: ArrayRef, index: int) -> TaskEnd | None:
-        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
-
-    def cancel_array(self, array: ArrayRef) -> None:
-        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
-
-    def throttle_array(self, array: ArrayRef, throttle: int) -> None:
-        raise NotImplementedError(f"backend {self.name!r} does not run sweeps")
-
-    # -- the job directory ----------------------------------------------------------------------
     def prepare(self, ref: AttemptRef, bundle: Path | None, points: Path | None = None) -> None:
         """Write what the attempt's runtime reads (cell, inputs, plan; a sweep's points
         manifest and folders) before `submit`."""
-        ref.dir.prepare(ref.number, ref.spec.source, self.launch_plan(ref), bundle, ref.result_key)
-        if points is not None:
-            sweep = self.sweep_dir(ref.job_dir)
-            sweep.make_dirs()
-            if not sweep.points.exists():
-                write_atomic(sweep.points, points.read_bytes(), mode=0o644)
-
-    def write_array(self, array: ArrayRef) -> None:
-        """Write what an array's tasks read (its plan and throttle), theirs to read: the control
-        plane may write them as root with a private umask, after the directory was handed over."""
-        sweep = self.sweep_dir(array.ref.job_dir)
-        sweep.write_array(array.plan)
-        hand_files_to_owner(
-            array.ref.owner, [sweep.array_file(array.plan.number), sweep.throttle_file(array.plan.number)]
-        )
-
-    def sweep_dir(self, job_dir: Path) -> SweepDir:
-        """A sweep's files in its job directory (what its tasks wrote), read by the sweep runner."""
-        return SweepDir(job_dir)
-
-    def observe_attempts(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
-        """`poll`, with what the job directory adds: the attempt's newest checkpoint, the
-        checkpoint it resumed from, whether a finished job left its outputs, and an ended
-        attempt's I/O profile (its ranks write theirs as their cells end, before the node's exit record)."""
-        observed = self.poll(refs)
-        for ref in refs:
-            if ref.key in observed:
-                obs, jd = observed[ref.key], ref.dir
-                observed[ref.key] = dataclasses.replace(
-                    obs,
-                    checkpoint=jd.latest_checkpoint(ref.number),
-                    resume=jd.read_resume(ref.number),
-                    result=obs.state is AttemptState.SUCCEEDED and jd.has_result(),
-                    io=self.io_profile(ref) if obs.state.ended else None,
-                )
-        return observed
-
-    def io_profile(self, ref: AttemptRef) -> IoProfileView | None:
-        """What the attempt's ranks read through cellscale.datasets and what its nodes staged
-        (None: neither wrote a record)."""
-        jd, nodes = ref.dir, ref.spec.resources.nodes
-        stages = [stage for node in range(nodes) for stage in jd.read_stage(ref.number, node)]
-        return io_profile(ref.number, jd.read_io(ref.number), stages)
-
-    def usage(self, ref: AttemptRef) -> list[NodeUsage | None]:
-        """What each node of the attempt used so far (its runtime's usage record), for the ledger."""
-        return [ref.dir.read_usage(ref.number, node) for node in range(ref.spec.resources.nodes)]
-
-    def read_log(self, job_dir: Path, offset: int, max_bytes: int) -> tuple[bytes, int]:
-        """Whole lines of the job's combined log from byte `offset`, and the log's size."""
-        return JobDir(job_dir).read_log(offset, max_bytes)
-
-    def log_path(self, job_dir: Path) -> Path | None:
-        """The local file that holds the job's combined log, for the control plane to be told
-        when it changes (it reads it through `read_log` only); None when the log is not a file
-        on this host (then followers rely on `log_size` every `log_poll_interval`)."""
-        return JobDir(job_dir).log
-
-    def log_size(self, job_dir: Path) -> int:
-        """The size of the job's combined log (0 before it exists). `read_log` opens the file,
-        where a stat could answer from NFS's attribute cache for up to a minute: an open
-        revalidates it (close-to-open consistency)."""
-        return self.read_log(job_dir, 0, 0)[1]
-
-    def checkpoints(self, job_dir: Path, attempts: list[int]) -> list[CheckpointView]:
-        """The checkpoints the job's attempts committed, oldest first."""
-        return [
-            CheckpointView(
-                attempt=n,
-                step=c.step,
-                url=c.url,
-                size_bytes=c.size_bytes,
-                write_s=c.write_s,
-                committed_at=datetime.fromtimestamp(c.wall_time, UTC),
-            )
-            for n in attempts
-            for c in JobDir(job_dir).read_checkpoints(n)
-        ]
-
-    def point_result_file(self, job_dir: Path, point: int, array: int) -> tuple[Path, str | None] | None:
-        """One sweep point's pickled outputs as its try in `array` wrote them, and their tag."""
-        sweep = self.sweep_dir(job_dir)
-        path = sweep.result_file(point, array)
-        return (path, sweep.point_result_tag(point, array)) if path.exists() else None
-
-    def read_point_log(self, job_dir: Path, point: int, offset: int, max_bytes: int) -> tuple[bytes, int]:
-        """Bytes of one sweep point's own log from `offset`, and its size."""
-        try:
-            with open(self.sweep_dir(job_dir).point_log(point), "rb") as handle:
-                handle.seek(offset)
-                data = handle.read(max_bytes)
-                return data, handle.seek(0, os.SEEK_END)
-        except FileNotFoundError:
-            return b"", 0
-
-    def result_file(self, job_dir: Path) -> tuple[Path, str | None] | None:
-        """Rank 0's pickled outputs (opaque bytes to the control plane) and the job's tag of
-        them (HMAC under the key its kernel chose; None for a job submitted without one), or
-        None if there are none."""
-        jd = JobDir(job_dir)
-        return (jd.result, jd.read_result_tag()) if jd.has_result() else None
+        self.files.prepare(ref, self.launch_plan(ref), bundle, points)

@@ -24,27 +24,17 @@ from cellscale.runtime.sweepdir import SweepDir
 from cellscale.spec import BackendView
 from cellscale.vocabulary import AttemptState, ExitReason, Fault, Launcher
 from cellscale_hub import proc
-from cellscale_hub.drivers.base import (
-    ArrayRef,
-    AttemptRef,
-    Driver,
-    Observation,
-    SpecRejected,
-    TaskEnd,
-    as_user,
-    hand_files_to_owner,
-    hand_to_owner,
-    heartbeat_of,
-    owner_of,
-)
+from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected
+from cellscale_hub.drivers.capabilities import ArrayRef, AssignsGpuIds, RunsSweeps, StagesAhead, TaskEnd
+from cellscale_hub.drivers.jobfiles import heartbeat_of
+from cellscale_hub.drivers.owners import as_user, hand_files_to_owner, hand_to_owner, owner_of
 
 SUPERVISOR = ("-m", "cellscale.runtime.supervisor")
 POOL = ("-m", "cellscale.runtime.sweep", "pool")
 
 
-class LocalDriver(Driver):
+class LocalDriver(Driver, RunsSweeps, StagesAhead, AssignsGpuIds):
     kind = "local"
-    stages_ahead = True
 
     gpus = Integer(
         4,
@@ -77,9 +67,6 @@ class LocalDriver(Driver):
         rule for the supervisor command. [] runs every job as the control plane's own user: only for
         a personal control plane or a single-user machine (a warning says so at start).""",
     ).tag(config=True)
-
-    assigns_gpu_ids = True
-    runs_sweeps = True
 
     @default("submit_as")
     def _default_submit_as(self) -> list[str]:

@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session
 
 from cellscale.spec import FlavorUsage, QueueUsage
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, QUOTA_HOLDING_PHASES, Fault, Phase
-from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
-from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.scheduling.placement import SiteState, Spend
+from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.store import totals
 from cellscale_hub.store.models import Attempt, Job, LedgerHour, LedgerRow, QueueTotal
 from cellscale_hub.tenancy import ResourceWeights, Tenancy

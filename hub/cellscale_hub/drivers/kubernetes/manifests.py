@@ -39,6 +39,7 @@ from cellscale_hub.drivers.kubernetes.names import (
     namespace,
     workload_name,
 )
+from cellscale_hub.proc import UNIX_USER  # the same rule as the Slurm and local backends
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 RAYJOB_API = "ray.io/v1"
@@ -110,8 +111,6 @@ def to_yaml(manifest: dict) -> str:
 
 
 def _check(attempt: Attempt) -> None:
-    from cellscale_hub.drivers.base import UNIX_USER  # the same rule as the Slurm and local backends
-
     if not UNIX_USER.match(attempt.owner):
         raise ValueError(f"user name {attempt.owner!r} is not a valid Unix user name; jobs run as their owner")
     if not LABEL_VALUE.match(attempt.owner):

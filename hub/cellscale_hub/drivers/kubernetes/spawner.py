@@ -13,7 +13,7 @@ another desk's slug (the form, or `user_options` through the REST API) is refuse
 naming the desk and the profiles they may use. A profile's server runs in its desk's namespace
 (`names.namespace(desk, namespace_prefix)`), as the desk's `cellscale-servers` ServiceAccount
 (no API rights, no token mounted), labelled with the desk: the hub needs rights only in the
-desks' namespaces (the Role that `kube.tenancy` renders), never cluster-wide (kubespawner#749),
+desks' namespaces (the Role that `drivers.kubernetes.tenancy` renders), never cluster-wide (kubespawner#749),
 and which profiles a group may use is configuration (kubespawner#889).
 """
 
