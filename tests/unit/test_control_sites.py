@@ -24,6 +24,7 @@ class Admission:
 class Backend:
     def __init__(self, fences: bool = True):
         self.fences, self.fenced, self.cancelled = fences, [], []
+        self.files = self  # a driver fences through its job files (driver.files.fence)
 
     def fence(self, ref):
         self.fenced.append(ref.key)
