@@ -219,3 +219,18 @@ class EventReason(StrEnum):
             Phase.SUCCEEDED: cls.Succeeded,
             Phase.CANCELLED: cls.Cancelled,
         }.get(phase, cls.Failed)
+
+
+class BurstPolicy(StrEnum):
+    """Whether a job may go to a cloud site (--burst; a desk's default when the job says none)."""
+
+    never = "never"  # only the queue's own sites
+    allow = "allow"  # a cloud pool too, when placement finds it better (start time, dollars, data, budget)
+
+
+class TaskLiveness(StrEnum):
+    """Where a live task of a sweep's array is at its backend (`Driver.live_tasks`); a task the
+    backend no longer lists has ended."""
+
+    pending = "pending"  # queued at the backend, not started yet
+    running = "running"  # started on a node

@@ -26,7 +26,7 @@ from cellscale_hub.api.context import Context, context, require
 from cellscale_hub.api.errors import refusals
 from cellscale_hub.auth import SCOPE_READ, Principal
 from cellscale_hub.store.models import Job, SweepPoint
-from cellscale_hub.control.sweeps import point_view
+from cellscale_hub.store.points import point_view
 
 Reader = Annotated[Principal, Depends(require(SCOPE_READ))]
 Ctx = Annotated[Context, Depends(context)]

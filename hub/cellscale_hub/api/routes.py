@@ -47,7 +47,7 @@ from cellscale_hub.store import jobs as q
 from cellscale_hub.store import usage
 from cellscale_hub.store.jobs import IdempotencyConflict
 from cellscale_hub.store.models import Job, utcnow
-from cellscale_hub.control.sweeps import create_points, settle_points
+from cellscale_hub.store.points import create_points, settle_points
 from cellscale_hub.cost import costs
 
 Reader = Annotated[Principal, Depends(require(SCOPE_READ))]

@@ -34,7 +34,8 @@ from cellscale_hub.store import Store, totals, usage
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Attempt, Job, utcnow
 from cellscale_hub.store.tenancy_book import TenancyBook
-from cellscale_hub.control.sweeps import SweepRunner, settle_points
+from cellscale_hub.control.sweeps import SweepRunner
+from cellscale_hub.store.points import settle_points
 from cellscale_hub.cost import metering
 from cellscale_hub.metrics import Metrics
 from cellscale_hub.tenancy import Tenancy
