@@ -13,7 +13,7 @@ from cellscale_hub.store.models import Base, Job, utcnow
 
 
 def make_job(job_id="cs-1", owner="alice", key="k1", source="x = 1", tenant="desk-a", at=None):
-    spec = JobSpec(source=source).model_dump(mode="json")
+    spec = JobSpec(source=source)
     return Job(
         id=job_id,
         idempotency_key=key,

@@ -44,7 +44,7 @@ def outputs_file(ctx: Context, row: SweepPoint | None, source: Job | None):
 def routes(router: APIRouter, visible_job: Callable[..., Job]) -> None:
     def sweep_of(session, job_id: str, who: Principal) -> Job:
         job = visible_job(session, job_id, who)
-        if not job.spec.get("sweep"):
+        if not job.spec.sweep:
             raise HTTPException(404, f"job {job_id} is not a sweep: it has no points (see /api/jobs/{job_id}/result)")
         return job
 

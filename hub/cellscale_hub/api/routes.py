@@ -225,7 +225,7 @@ def _job_routes(router: APIRouter) -> None:
             placement=where.stored(),
             priority=where.priority,
             name=spec.name,
-            spec=spec.model_dump(mode="json"),
+            spec=spec,
             inputs_sha256=spec.inputs_sha256,
             gpus=demand.gpus,
             cpus=demand.cpus,
@@ -326,7 +326,7 @@ def _job_routes(router: APIRouter) -> None:
                 job.cancel_requested = True
                 q.add_event(session, job, kind=EventKind.CANCEL, reason=EventReason.CancelRequested, actor=who.user)
                 if job.phase is Phase.PENDING:
-                    if job.spec.get("sweep"):
+                    if job.spec.sweep:
                         settle_points(session, job, cancelled=True)
                     q.transition(
                         session,
@@ -406,7 +406,7 @@ def _job_routes(router: APIRouter) -> None:
             found = _driver(ctx, job.backend).result_file(ctx.jobs_root / job_id) if job.result_available else None
             if found is None:
                 raise HTTPException(
-                    404, f"job {job_id} has no result ({job.phase.lower()}; outputs: {job.spec.get('outputs')})"
+                    404, f"job {job_id} has no result ({job.phase.lower()}; outputs: {job.spec.outputs})"
                 )
         path, tag = found
         headers = {RESULT_TAG_HEADER: tag} if tag else None

@@ -309,7 +309,7 @@ class Controller:
         )
         # only running ranks are warned: a supervisor still starting has no handler for the signal yet;
         # a sweep's tasks are not warned: its unfinished points run again in its next attempt
-        return (job.backend, self.ref(job, attempt)) if running and not job.spec.get("sweep") else None
+        return (job.backend, self.ref(job, attempt)) if running and not job.spec.sweep else None
 
     def launch(self, driver: Driver, job: Job, attempt: Attempt, resubmit: bool = False) -> None:
         if not resubmit and self._cancelled_before_submit(job, attempt):
@@ -627,7 +627,7 @@ class Controller:
         attempt.failed_nodes = list(obs.failed_nodes)
         if obs.io is not None:
             attempt.io = obs.io.model_dump(mode="json")
-        if job.spec.get("sweep"):  # points its attempt left unsettled: cancelled, or run by the next attempt
+        if job.spec.sweep:  # points its attempt left unsettled: cancelled, or run by the next attempt
             settle_points(session, job, cancelled=job.cancel_requested)
         preempted = (
             job.preempt_deadline is not None and not job.cancel_requested and obs.state is not AttemptState.SUCCEEDED
@@ -657,7 +657,7 @@ class Controller:
             )
             return
         verdict = (
-            decide(JobSpec.model_validate(job.spec).retries, fault, [a.fault for a in job.attempts if a is not attempt])
+            decide(job.spec.retries, fault, [a.fault for a in job.attempts if a is not attempt])
             if fault
             else None
         )
@@ -679,7 +679,7 @@ class Controller:
             return
         if outcome.phase is Phase.SUCCEEDED:
             job.result_available = obs.result
-        reason = obs.reason if job.spec.get("sweep") and obs.reason else outcome.reason  # "all 250 points done"
+        reason = obs.reason if job.spec.sweep and obs.reason else outcome.reason  # "all 250 points done"
         message = f"{reason} ({verdict.words(fault)})" if verdict else reason
         q.transition(
             session, job, outcome.phase, EventReason.of_job_end(obs.state), attempt=attempt.number, message=message
