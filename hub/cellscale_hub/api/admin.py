@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from cellscale.spec import QueueUsage
-from cellscale.vocabulary import Resource
+from cellscale.vocabulary import BurstPolicy, Resource
 from cellscale_hub.api.context import Context, context, presented_token, principal
 from cellscale_hub.api.csrf import csrf_token
 from cellscale_hub.api.errors import refusals
@@ -69,7 +69,7 @@ class QuotaUpdate(Quota):
 class CloudUpdate(BaseModel):
     """A desk's cloud policy: whether its jobs may burst by default, and its budget (null: none)."""
 
-    burst: Literal["never", "allow"]
+    burst: BurstPolicy
     budget: Budget | None = None
 
 
@@ -145,7 +145,7 @@ def routes(router: APIRouter) -> None:
 
         def edit(doc: dict):
             tenant = _lookup(doc["tenants"], name, "tenant")
-            before = {"burst": tenant.get("burst", "never"), "budget": tenant.get("budget")}
+            before = {"burst": tenant.get("burst", BurstPolicy.never), "budget": tenant.get("budget")}
             tenant["burst"] = body.burst
             tenant.pop("budget", None)
             if body.budget is not None:

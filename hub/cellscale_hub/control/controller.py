@@ -645,7 +645,7 @@ class Controller:
             message=obs.reason,
         )
         if preempted:
-            self.metrics.evicted.labels(job.tenant, "Preempted").inc()
+            self.metrics.evicted.labels(job.tenant, EventReason.Preempted.value).inc()
             attempt.end_reason = f"preempted: {job.preempt_reason}"
             self._requeue(
                 session,

@@ -40,7 +40,8 @@ TINY_USD = 1e-9  # the smallest scale identity_error divides by
 
 
 class IdlePolicy(StrEnum):
-    """Who pays for an on-prem flavor's GPU-seconds nobody held."""
+    """Who pays for an on-prem flavor's GPU-seconds nobody held (OpenCost's shared idle); the
+    tenancy's cost policy names one."""
 
     none = "none"  # nobody: all of it is shared
     even = "even"  # the desks with a nominal quota on the flavor, in equal parts
