@@ -17,7 +17,8 @@ checks the ones marked *):
     tenancy.py    Kueue's nouns as a validated document (flavors, cohorts, queues, tenants)
     store/        SQLAlchemy tables, job queries, the tenancy's audited revisions, the
                     snapshot admission decides on (usage.py), per-queue totals kept on
-                    commit (totals.py); Alembic migrations
+                    commit (totals.py), a sweep's points (points.py), the stored spec
+                    typed (specs.py); Alembic migrations
     drivers/      one module per scheduler + the Driver contract (base.py); the only room
                     that opens a job's directory (*)
     refs.py       a stored job and attempt → the AttemptRef a driver works on
