@@ -657,9 +657,7 @@ class Controller:
             )
             return
         verdict = (
-            decide(job.spec.retries, fault, [a.fault for a in job.attempts if a is not attempt])
-            if fault
-            else None
+            decide(job.spec.retries, fault, [a.fault for a in job.attempts if a is not attempt]) if fault else None
         )
         if verdict and verdict.retry and not job.phase.terminal:
             self.metrics.evicted.labels(job.tenant, fault.value).inc()
