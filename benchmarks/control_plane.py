@@ -511,8 +511,8 @@ def serve(db_url: str, data_dir: Path, info_file: Path, sql_stats: bool) -> None
     from cellscale_hub.auth import ALL_SCOPES, Identity, Principal, Unauthenticated
     from cellscale_hub.bundles import BundleStore
     from cellscale_hub.control.controller import Controller
-    from cellscale_hub.control.settings import Settings
     from cellscale_hub.drivers.local import LocalDriver
+    from cellscale_hub.settings import Settings
     from cellscale_hub.store import Store
     from cellscale_hub.store.tenancy_book import TenancyBook
     from cellscale_hub.tenancy import Tenancy

@@ -430,8 +430,8 @@ def main() -> None:
     from cellscale_hub.auth import ALL_SCOPES, Identity, Principal, Unauthenticated
     from cellscale_hub.bundles import BundleStore
     from cellscale_hub.control.controller import Controller
-    from cellscale_hub.control.settings import Settings
     from cellscale_hub.metrics import Metrics, State
+    from cellscale_hub.settings import Settings
     from cellscale_hub.store import Store
     from cellscale_hub.store.tenancy_book import TenancyBook
 

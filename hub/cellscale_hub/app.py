@@ -30,9 +30,9 @@ from cellscale_hub.api.context import Context
 from cellscale_hub.auth import HubIdentity, Identity, StaticTokenIdentity
 from cellscale_hub.bundles import BundleStore
 from cellscale_hub.control.controller import Controller
-from cellscale_hub.control.settings import Settings
 from cellscale_hub.drivers import Driver, driver_class
 from cellscale_hub.metrics import Metrics, State
+from cellscale_hub.settings import Settings
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy

@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, QUOTA_HOLDING_PHASES, Fault, Phase
+from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, QUOTA_HOLDING_PHASES, EventReason, Fault, Phase
 from cellscale_hub.drivers import Driver, flavor_capacities
 from cellscale_hub.store import Store, usage
 from cellscale_hub.store.models import Attempt, Job, LedgerHour, LedgerRow, utcnow
@@ -27,7 +27,8 @@ from cellscale_hub.tenancy import Tenancy
 from cellscale_hub.waiting import WaitingBoard
 
 SERIES = ("tenant", "user", "backend", "flavor")
-EVICTION_REASONS = ("Preempted", *(f.value for f in Fault if f is not Fault.PREEMPTION))  # a retry: its fault
+# preempted, or a retry: its fault
+EVICTION_REASONS = (EventReason.Preempted.value, *(f.value for f in Fault if f is not Fault.PREEMPTION))
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
 

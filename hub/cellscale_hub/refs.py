@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cellscale.spec import JobSpec
 from cellscale_hub.drivers import AttemptRef
 from cellscale_hub.store.models import Attempt, Job
 
@@ -15,7 +14,7 @@ def attempt_ref(jobs_root: Path, job: Job, attempt: Attempt) -> AttemptRef:
         job_id=job.id,
         number=attempt.number,
         job_dir=jobs_root / job.id,
-        spec=JobSpec.model_validate(job.spec),
+        spec=job.spec,
         gpu_ids=tuple(attempt.gpu_ids or ()),
         backend_ref=attempt.backend_ref,
         submitted_at=attempt.submitted_at,

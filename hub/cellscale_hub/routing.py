@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cellscale.spec import JobLimits, JobSpec, Resources
-from cellscale.vocabulary import Resource
+from cellscale.vocabulary import BurstPolicy, Resource
 from cellscale_hub.auth import Principal
 from cellscale_hub.drivers import BackendUnreachable, Driver, SpecRejected
 from cellscale_hub.drivers.capabilities import ChecksQueue, RunsSweeps
@@ -183,8 +183,9 @@ def _backends(
                 f"its sites: {', '.join(sites) or 'none'} (or --site auto)"
             )
     burst = spec.burst or tenancy.tenants[tenant].burst
-    pinned = spec.site not in (None, "auto") and spec.burst != "never"  # --site NAME of a cloud pool asks for it
-    allowed = [f for f in sited if burst == "allow" or pinned or not tenancy.is_cloud(f)]
+    # --site NAME of a cloud pool asks for it
+    pinned = spec.site not in (None, "auto") and spec.burst != BurstPolicy.never
+    allowed = [f for f in sited if burst == BurstPolicy.allow or pinned or not tenancy.is_cloud(f)]
     if not allowed:
         raise NoQuota(
             f"queue {queue} ({cluster_queue}) has only cloud capacity at site {spec.site or 'auto'}, and bursting "

@@ -33,7 +33,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cellscale.spec import DataUrl, DataVersion, parse_memory_mb
-from cellscale.vocabulary import Resource
+from cellscale.vocabulary import BurstPolicy, Resource
+from cellscale_hub.cost.ledger import IdlePolicy
 
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY_CLASS = "normal"
@@ -117,15 +118,6 @@ class Budget(Strict):
     @property
     def period_words(self) -> str:
         return {"day": "daily", "week": "weekly", "month": "monthly"}[self.period]
-
-
-class IdlePolicy(StrEnum):
-    """Who pays for GPUs nobody held (OpenCost's shared idle)."""
-
-    none = "none"  # nobody: shown as the fleet's idle
-    even = "even"  # split evenly among the desks with quota on the flavor
-    proportional = "proportional"  # split by what each desk held of the flavor in the window
-    owner = "owner"  # each desk pays its reserved-but-unused quota; the rest is shared idle
 
 
 class CostPolicy(Strict):
@@ -313,9 +305,9 @@ class LocalQueue(Strict):
 
 class Tenant(Strict):
     queues: dict[str, LocalQueue]
-    burst: Literal["never", "allow"] = Field(
-        "never",
-        exclude_if=lambda value: value == "never",
+    burst: BurstPolicy = Field(
+        BurstPolicy.never,
+        exclude_if=lambda value: value == BurstPolicy.never,
         description="Whether its jobs may go to cloud sites by default (--burst overrides).",
     )
     budget: Budget | None = Field(

@@ -233,3 +233,11 @@ class DataMode(StrEnum):
 
     stage = "stage"  # copied into its nodes' cache before the ranks start (while it waits when the nodes are known)
     stream = "stream"  # read from the source directly
+
+
+class TaskLiveness(StrEnum):
+    """Where a live task of a sweep's array is at its backend (`Driver.live_tasks`); a task the
+    backend no longer lists has ended."""
+
+    pending = "pending"  # queued at the backend, not started yet
+    running = "running"  # started on a node

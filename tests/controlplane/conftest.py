@@ -17,9 +17,9 @@ from cellscale_hub.api.context import Context
 from cellscale_hub.auth import ALL_SCOPES, SCOPE_READ, Identity, Principal, Unauthenticated
 from cellscale_hub.bundles import BundleStore
 from cellscale_hub.control.controller import Controller
-from cellscale_hub.control.settings import Settings
 from cellscale_hub.drivers.local import LocalDriver
 from cellscale_hub.metrics import Metrics, State
+from cellscale_hub.settings import Settings
 from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.tenancy import Tenancy
 from cellscale_hub.waiting import WaitingBoard

@@ -138,6 +138,7 @@ def test_admin_page_needs_a_session_and_an_admin(plane):
 def test_nodes_blamed_for_faults_are_flagged_to_admins(plane):
     from datetime import timedelta
 
+    from cellscale.spec import JobSpec
     from cellscale_hub.store.models import Attempt, Job, utcnow
 
     with plane.store.session() as session:
@@ -150,7 +151,7 @@ def test_nodes_blamed_for_faults_are_flagged_to_admins(plane):
                 queue="default",
                 backend="local",
                 name="cell",
-                spec={"source": "pass"},
+                spec=JobSpec(source="pass"),
                 phase="RUNNING",
             )
             job.attempts.append(

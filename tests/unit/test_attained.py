@@ -57,7 +57,7 @@ def submit(store: Store, job_id: str = "cs-1", timeout_min: int = 30) -> None:
                 backend="local",
                 cluster_queue="desk-a",
                 name="cell",
-                spec=spec.model_dump(mode="json"),
+                spec=spec,
                 gpus=2,
                 cpus=4,
                 memory_mb=2048,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from cellscale_hub.control.admit import Admitter
-from cellscale_hub.control.settings import Settings
+from cellscale_hub.settings import Settings
 
 
 def admitter(**settings) -> Admitter:

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 from cellscale.vocabulary import AttemptState
 from cellscale_hub.control.attempts import AttemptReconciler
-from cellscale_hub.control.settings import Settings
 from cellscale_hub.drivers import Observation
+from cellscale_hub.settings import Settings
 from cellscale_hub.store.models import utcnow
 
 

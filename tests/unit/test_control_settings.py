@@ -1,4 +1,4 @@
-"""One frozen Settings (control/settings.py): the control plane reads its traits into it once,
+"""One frozen Settings (settings.py): the control plane reads its traits into it once,
 the controller hands it to every reconciler, and a retuned controller hands each the new one."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from cellscale_hub.app import ControlPlane
 from cellscale_hub.control.controller import Controller
-from cellscale_hub.control.settings import Settings
+from cellscale_hub.settings import Settings
 
 
 def test_the_control_planes_traits_become_its_settings():

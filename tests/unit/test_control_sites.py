@@ -8,9 +8,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from cellscale.vocabulary import AttemptState, Fault
-from cellscale_hub.control.settings import Settings
 from cellscale_hub.control.sitehealth import SiteBoard
 from cellscale_hub.control.sites import SiteReconciler
+from cellscale_hub.settings import Settings
 
 
 class Admission:

@@ -12,9 +12,9 @@ from sqlalchemy import select
 
 from cellscale.runtime.records import NodeUsage
 from cellscale.vocabulary import AttemptState
-from cellscale_hub.control.settings import Settings
 from cellscale_hub.cost.metering import Metering, Used, meter_attempt, meter_capacity, unmetered, used_of
 from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.settings import Settings
 from cellscale_hub.store.models import Attempt, CapacityRow, LedgerHour, LedgerRow
 from cellscale_hub.store.usage import budget_spend
 from cellscale_hub.tenancy import Budget, Tenancy

@@ -13,7 +13,7 @@ from cellscale_hub.store.models import Base, Job, utcnow
 
 
 def make_job(job_id="cs-1", owner="alice", key="k1", source="x = 1", tenant="desk-a", at=None):
-    spec = JobSpec(source=source).model_dump(mode="json")
+    spec = JobSpec(source=source)
     return Job(
         id=job_id,
         idempotency_key=key,
@@ -138,3 +138,13 @@ def test_the_migrations_build_the_schema_the_models_describe(store):
     """Every model change has its Alembic migration (columns, types, nullability, indexes)."""
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+
+
+def test_the_stored_spec_is_read_typed_and_validated_once_per_job():
+    """Job.spec is a JobSpec, kept per job id while its JSON is the same; the same id with
+    another JSON (another database's job) is validated anew, never taken for the kept one."""
+    first, again = make_job(job_id="cs-typed"), make_job(job_id="cs-typed")
+    assert first.spec.source == "x = 1" and first.spec.resources.gpus_per_node == 0
+    assert again.spec is first.spec  # the JSON is the same: not validated again
+    other = make_job(job_id="cs-typed", source="y = 2")
+    assert other.spec.source == "y = 2" and first.spec.source == "x = 1"

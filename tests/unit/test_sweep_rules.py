@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cellscale.vocabulary import PointStatus
-from cellscale_hub.control.sweeps import chunk, counts, pack, throttles
+from cellscale_hub.control.sweeps import chunk, pack, throttles
+from cellscale_hub.store.points import counts
 
 
 def test_pack_keeps_order_and_the_last_task_short():

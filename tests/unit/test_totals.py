@@ -28,7 +28,7 @@ def job(job_id: str, cq: str, gpus: int) -> Job:
         backend="local",
         cluster_queue=cq,
         name="cell",
-        spec=JobSpec(source="x = 1").model_dump(mode="json"),
+        spec=JobSpec(source="x = 1"),
         gpus=gpus,
         phase=Phase.PENDING,
     )

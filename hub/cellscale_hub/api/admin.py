@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from cellscale.spec import QueueUsage
-from cellscale.vocabulary import Resource
+from cellscale.vocabulary import BurstPolicy, Resource
 from cellscale_hub.api.context import Context, Ctx, presented_token, principal
 from cellscale_hub.api.csrf import csrf_token
 from cellscale_hub.api.errors import refusals
@@ -68,7 +68,7 @@ class QuotaUpdate(Quota):
 class CloudUpdate(BaseModel):
     """A desk's cloud policy: whether its jobs may burst by default, and its budget (null: none)."""
 
-    burst: Literal["never", "allow"]
+    burst: BurstPolicy
     budget: Budget | None = None
 
 
@@ -147,7 +147,7 @@ def set_cloud(name: str, body: CloudUpdate, who: Admin, ctx: Ctx) -> TenancyView
 
     def edit(doc: dict):
         tenant = _lookup(doc["tenants"], name, "tenant")
-        before = {"burst": tenant.get("burst", "never"), "budget": tenant.get("budget")}
+        before = {"burst": tenant.get("burst", BurstPolicy.never), "budget": tenant.get("budget")}
         tenant["burst"] = body.burst
         tenant.pop("budget", None)
         if body.budget is not None:

@@ -16,9 +16,9 @@ from cellscale_hub.api import csrf
 from cellscale_hub.api.logwatch import LogWatch
 from cellscale_hub.auth import SCOPE_READ, SCOPE_SUBMIT, Identity, Principal, Unauthenticated
 from cellscale_hub.bundles import BundleStore
-from cellscale_hub.control.settings import Settings
 from cellscale_hub.drivers import Driver
 from cellscale_hub.metrics import Metrics
+from cellscale_hub.settings import Settings
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.waiting import WaitingBoard

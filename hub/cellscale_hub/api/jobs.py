@@ -32,7 +32,6 @@ from cellscale_hub.api import logs
 from cellscale_hub.api.context import Context, Ctx, Reader, Submitter
 from cellscale_hub.api.errors import refusals
 from cellscale_hub.auth import Principal
-from cellscale_hub.control.sweeps import create_points, settle_points
 from cellscale_hub.cost import costs
 from cellscale_hub.drivers import AttemptRef, Driver
 from cellscale_hub.drivers.capabilities import AssignsGpuIds
@@ -42,6 +41,7 @@ from cellscale_hub.store import jobs as q
 from cellscale_hub.store import usage
 from cellscale_hub.store.jobs import IdempotencyConflict
 from cellscale_hub.store.models import Job, utcnow
+from cellscale_hub.store.points import create_points, settle_points
 
 JOB_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 """What a job id can look like; anything else is not looked up."""
@@ -106,7 +106,7 @@ def submit(
         placement=where.stored(),
         priority=where.priority,
         name=spec.name,
-        spec=spec.model_dump(mode="json"),
+        spec=spec,
         inputs_sha256=spec.inputs_sha256,
         gpus=demand.gpus,
         cpus=demand.cpus,
@@ -211,7 +211,7 @@ def cancel(job_id: str, who: Submitter, ctx: Ctx) -> JobView:
             job.cancel_requested = True
             q.add_event(session, job, kind=EventKind.CANCEL, reason=EventReason.CancelRequested, actor=who.user)
             if job.phase is Phase.PENDING:
-                if job.spec.get("sweep"):
+                if job.spec.sweep:
                     settle_points(session, job, cancelled=True)
                 q.transition(
                     session,
@@ -295,9 +295,7 @@ def result(job_id: str, who: Reader, ctx: Ctx) -> Response:
         files = _driver(ctx, job.backend).files
         found = files.result_file(ctx.jobs_root / job_id) if job.result_available else None
         if found is None:
-            raise HTTPException(
-                404, f"job {job_id} has no result ({job.phase.lower()}; outputs: {job.spec.get('outputs')})"
-            )
+            raise HTTPException(404, f"job {job_id} has no result ({job.phase.lower()}; outputs: {job.spec.outputs})")
     path, tag = found
     headers = {RESULT_TAG_HEADER: tag} if tag else None
     return FileResponse(path, media_type="application/octet-stream", headers=headers)

@@ -25,8 +25,8 @@ from cellscale_hub.api.context import Context, Ctx, Reader
 from cellscale_hub.api.errors import refusals
 from cellscale_hub.api.jobs import visible_job
 from cellscale_hub.auth import Principal
-from cellscale_hub.control.sweeps import point_view
 from cellscale_hub.store.models import Job, SweepPoint
+from cellscale_hub.store.points import point_view
 
 Index = Annotated[int, PathParam(ge=0, le=MAX_SAFE_INT)]
 MAX_POINT_LOG_BYTES = 4 * 2**20
@@ -46,7 +46,7 @@ router = APIRouter()
 
 def sweep_of(session, job_id: str, who: Principal) -> Job:
     job = visible_job(session, job_id, who)
-    if not job.spec.get("sweep"):
+    if not job.spec.sweep:
         raise HTTPException(404, f"job {job_id} is not a sweep: it has no points (see /api/jobs/{job_id}/result)")
     return job
 

@@ -18,7 +18,6 @@ from functools import partial
 from pathlib import Path
 
 from cellscale.vocabulary import AttemptState, EventKind, EventReason, Phase, Resource
-from cellscale_hub.control.settings import Settings
 from cellscale_hub.control.sitehealth import SiteBoard
 from cellscale_hub.control.steps import isolated
 from cellscale_hub.drivers import AttemptRef, Driver, flavor_capacities
@@ -29,6 +28,7 @@ from cellscale_hub.scheduling.capacity import allocate
 from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.resources import amount_words
 from cellscale_hub.scheduling.types import Admission, Preemption, Reasons
+from cellscale_hub.settings import Settings
 from cellscale_hub.store import Store, usage
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Attempt, Job, utcnow
@@ -186,7 +186,7 @@ class Admitter:
         )
         # only running ranks are warned: a supervisor still starting has no handler for the signal yet;
         # a sweep's tasks are not warned: its unfinished points run again in its next attempt
-        if running and not job.spec.get("sweep"):
+        if running and not job.spec.sweep:
             return job.backend, attempt_ref(self.jobs_root, job, attempt)
         return None
 

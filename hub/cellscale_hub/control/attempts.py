@@ -15,18 +15,19 @@ from cellscale.spec import JobSpec
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, AttemptState, EventKind, EventReason, Fault, Phase
 from cellscale_hub.bundles import BundleStore
 from cellscale_hub.control.admit import Admitter
-from cellscale_hub.control.settings import Settings
 from cellscale_hub.control.sites import SiteReconciler
-from cellscale_hub.control.sweeps import SweepRunner, settle_points
+from cellscale_hub.control.sweeps import SweepRunner
 from cellscale_hub.cost.metering import METER_LAG_S, Metering
 from cellscale_hub.drivers import AttemptRef, BackendUnreachable, Driver, Observation
 from cellscale_hub.faults import decide
 from cellscale_hub.lifecycle import outcome_of
 from cellscale_hub.metrics import Metrics
 from cellscale_hub.refs import attempt_ref
+from cellscale_hub.settings import Settings
 from cellscale_hub.store import Store, totals
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Attempt, Job, utcnow
+from cellscale_hub.store.points import settle_points
 from cellscale_hub.store.tenancy_book import TenancyBook
 
 log = logging.getLogger("cellscale.controller")
@@ -269,7 +270,7 @@ class AttemptReconciler:
         attempt.failed_nodes = list(obs.failed_nodes)
         if obs.io is not None:
             attempt.io = obs.io.model_dump(mode="json")
-        if job.spec.get("sweep"):  # points its attempt left unsettled: cancelled, or run by the next attempt
+        if job.spec.sweep:  # points its attempt left unsettled: cancelled, or run by the next attempt
             settle_points(session, job, cancelled=job.cancel_requested)
         preempted = (
             job.preempt_deadline is not None and not job.cancel_requested and obs.state is not AttemptState.SUCCEEDED
@@ -292,7 +293,7 @@ class AttemptReconciler:
         self._settle(session, job, attempt, obs, fault)
 
     def _requeue_preempted(self, session, job: Job, attempt: Attempt) -> None:
-        self.metrics.evicted.labels(job.tenant, "Preempted").inc()
+        self.metrics.evicted.labels(job.tenant, EventReason.Preempted.value).inc()
         attempt.end_reason = f"preempted: {job.preempt_reason}"
         self._requeue(
             session,
@@ -307,9 +308,7 @@ class AttemptReconciler:
         """After an attempt's end (not a preemption): its retry while the fault has retries
         left, else the job's own end."""
         verdict = (
-            decide(JobSpec.model_validate(job.spec).retries, fault, [a.fault for a in job.attempts if a is not attempt])
-            if fault
-            else None
+            decide(job.spec.retries, fault, [a.fault for a in job.attempts if a is not attempt]) if fault else None
         )
         if verdict and verdict.retry and not job.phase.terminal:
             self.metrics.evicted.labels(job.tenant, fault.value).inc()
@@ -329,7 +328,7 @@ class AttemptReconciler:
             return
         if outcome.phase is Phase.SUCCEEDED:
             job.result_available = obs.result
-        reason = obs.reason if job.spec.get("sweep") and obs.reason else outcome.reason  # "all 250 points done"
+        reason = obs.reason if job.spec.sweep and obs.reason else outcome.reason  # "all 250 points done"
         message = f"{reason} ({verdict.words(fault)})" if verdict else reason
         q.transition(
             session, job, outcome.phase, EventReason.of_job_end(obs.state), attempt=attempt.number, message=message

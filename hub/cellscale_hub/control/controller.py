@@ -22,7 +22,6 @@ from pathlib import Path
 from cellscale_hub.bundles import BundleStore, sweep_bundles
 from cellscale_hub.control.admit import Admitter
 from cellscale_hub.control.attempts import AttemptReconciler
-from cellscale_hub.control.settings import Settings
 from cellscale_hub.control.sitehealth import SiteBoard
 from cellscale_hub.control.sites import SiteReconciler
 from cellscale_hub.control.staging import StageAhead
@@ -31,6 +30,7 @@ from cellscale_hub.cost.metering import Metering
 from cellscale_hub.drivers import Driver, flavor_capacities
 from cellscale_hub.drivers.capabilities import MirrorsTenancy
 from cellscale_hub.metrics import Metrics
+from cellscale_hub.settings import Settings
 from cellscale_hub.store import Store
 from cellscale_hub.store.tenancy_book import TenancyBook
 from cellscale_hub.waiting import WaitingBoard

@@ -11,12 +11,12 @@ from functools import partial
 
 from cellscale.vocabulary import AttemptState, Fault
 from cellscale_hub.control.admit import Admitter
-from cellscale_hub.control.settings import Settings
 from cellscale_hub.control.sitehealth import SiteBoard
 from cellscale_hub.control.steps import isolated
 from cellscale_hub.drivers import AttemptRef, Driver, Observation
 from cellscale_hub.drivers.capabilities import WatchesNodes
 from cellscale_hub.scheduling.types import Preemption
+from cellscale_hub.settings import Settings
 from cellscale_hub.store import Store
 from cellscale_hub.store.models import Attempt, utcnow
 

@@ -140,7 +140,7 @@ class StageAhead:
             job_id=job.id,
             number=len(job.attempts) + 1,
             job_dir=self.jobs_root / job.id,
-            spec=JobSpec.model_validate(job.spec),
+            spec=job.spec,
             owner=job.owner,
             tenant=job.tenant,
             excluded_nodes=tuple(job.excluded_nodes or ()),
@@ -148,12 +148,11 @@ class StageAhead:
 
 
 def _stages(job: Job) -> bool:
-    spec = job.spec
     return (
         job.phase is Phase.PENDING
         and not job.cancel_requested
-        and spec.get("data_mode", "stage") == "stage"
-        and any(d.get("url") for d in spec.get("datasets", []) if isinstance(d, dict))
+        and job.spec.data_mode == "stage"
+        and any(d.url for d in job.spec.datasets)
     )
 
 

@@ -1,9 +1,7 @@
 """Sweeps: one job, many points (`%%cluster map`). The job is admitted once, for its slots
 (`JobSpec.sweep.slots` tasks of `resources` at once); this module runs its points inside
-that grant:
+that grant (their rows, from submit on, are store/points.py's):
 
-- at submit, `create_points` stores one row per point and looks each up in the owner's
-  result cache (same code, same point: its earlier result, nothing to run);
 - `SweepRunner.launch` plans the points to run as arrays (Slurm job arrays chunked by the
   cluster's live MaxArraySize; local task pools), throttled so that at most `slots` tasks
   run at once across all of them (`throttles`), and submits those the slots reach: the
@@ -13,41 +11,30 @@ that grant:
   default; a node failure is, on other nodes), rebalances the throttles as arrays drain, and
   ends the attempt when every point is settled.
 
-The pure parts (`pack`, `chunk`, `throttles`, `counts`) are table-tested; the rest talks to the
-store, the job directory and the driver.
+The pure parts (`pack`, `chunk`, `throttles`, and store/points.py's `counts`) are table-tested;
+the rest talks to the store, the job directory and the driver.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from cellscale.points import point_key
-from cellscale.spec import JobSpec, PointView
-from cellscale.vocabulary import AttemptState, Fault, PointStatus
+from cellscale.spec import JobSpec
+from cellscale.vocabulary import AttemptState, Fault, PointStatus, TaskLiveness
 from cellscale_hub.drivers.base import AttemptRef, Driver, Observation
 from cellscale_hub.drivers.capabilities import ArrayPlan, ArrayRef, AssignsGpuIds
 from cellscale_hub.faults import decide
 from cellscale_hub.store import Store
 from cellscale_hub.store.models import Job, SweepArray, SweepPoint, utcnow
+from cellscale_hub.store.points import CACHE_CHUNK, CACHEABLE, SETTLED, counts, stamp_now
 
 log = logging.getLogger("cellscale.sweeps")
-
-CACHE_CHUNK = 500
-"""Keys per cache lookup query (an IN list)."""
-
-SETTLED = (PointStatus.done, PointStatus.failed, PointStatus.cached, PointStatus.cancelled)
-CACHEABLE = (PointStatus.done, PointStatus.cached)
-
-
-def stamp_now() -> int:
-    return time.time_ns() // 1000
 
 
 # -- pure rules -----------------------------------------------------------------------------------
@@ -78,109 +65,6 @@ def throttles(slots: int, arrays: Sequence[tuple[int, int]]) -> list[int]:
         budget -= extra
         out.append(running + extra)
     return out
-
-
-def counts(statuses: Iterable[PointStatus], retried: int = 0) -> dict[str, int]:
-    found = Counter(statuses)
-    return {status.value: found.get(status, 0) for status in PointStatus} | {"retried": retried}
-
-
-def point_view(row: SweepPoint) -> PointView:
-    return PointView(
-        index=row.index,
-        params=row.params,
-        status=row.status,
-        tries=row.tries,
-        fault=Fault(row.faults[-1]) if row.faults and row.status is not PointStatus.done else None,
-        node=row.node,
-        wall_s=row.wall_s,
-        error=row.error,
-        traceback=row.traceback,
-        result_job=row.result_job,
-        stamp=row.stamp,
-    )
-
-
-# -- at submit ------------------------------------------------------------------------------------
-def create_points(session: Session, job: Job, spec: JobSpec, points: list[dict]) -> int:
-    """Store the sweep's points, each looked up in the owner's result cache (a point done
-    before with the same code: its result, not run again); the number of points to run."""
-    code = spec.code_key()
-    keys = [point_key(code, p) for p in points]
-    cached = _cached(session, job.owner, keys)
-    stamp = stamp_now()
-    rows = []
-    for index, (params, key) in enumerate(zip(points, keys, strict=True)):
-        hit = cached.get(key)
-        rows.append(
-            {
-                "job_id": job.id,
-                "index": index,
-                "owner": job.owner,
-                "key": key,
-                "params": params,
-                "status": PointStatus.cached if hit else PointStatus.queued,
-                "tries": 0,
-                "faults": [],
-                "array": None,
-                "node": hit.node if hit else None,
-                "wall_s": hit.wall_s if hit else None,
-                "error": None,
-                "traceback": None,
-                "result_job": hit.result_job if hit else None,
-                "result_array": hit.result_array if hit else None,
-                "result_point": hit.result_point if hit else None,
-                "stamp": stamp,
-            }
-        )
-    session.execute(insert(SweepPoint), rows)
-    hits = sum(1 for key in keys if key in cached)
-    job.sweep = counts([PointStatus.cached] * hits + [PointStatus.queued] * (len(points) - hits))
-    return len(points) - hits
-
-
-@dataclass(frozen=True)
-class _Hit:
-    result_job: str | None
-    result_array: int | None
-    result_point: int | None
-    node: str | None
-    wall_s: float | None
-
-
-def _cached(session: Session, owner: str, keys: list[str]) -> dict[str, _Hit]:
-    found: dict[str, _Hit] = {}
-    unique = sorted(set(keys))
-    for start in range(0, len(unique), CACHE_CHUNK):
-        query = select(
-            SweepPoint.key,
-            SweepPoint.result_job,
-            SweepPoint.result_array,
-            SweepPoint.result_point,
-            SweepPoint.node,
-            SweepPoint.wall_s,
-        ).where(
-            SweepPoint.owner == owner,
-            SweepPoint.key.in_(unique[start : start + CACHE_CHUNK]),
-            SweepPoint.status.in_(CACHEABLE),
-        )
-        for key, job_id, array, point, node, wall in session.execute(query):
-            found[key] = _Hit(job_id, array, point, node, wall)
-    return found
-
-
-def settle_points(session: Session, job: Job, cancelled: bool) -> None:
-    """The sweep's attempt ended (or it was cancelled while it waited): its points still
-    queued or running are cancelled (the job was) or queued again for its next attempt (it was
-    preempted); its counts follow."""
-    target = PointStatus.cancelled if cancelled else PointStatus.queued
-    session.execute(
-        update(SweepPoint)
-        .where(SweepPoint.job_id == job.id, SweepPoint.status.not_in(SETTLED))
-        .values(status=target, array=None, stamp=stamp_now())
-    )
-    statuses = list(session.scalars(select(SweepPoint.status).where(SweepPoint.job_id == job.id)))
-    job.sweep = (job.sweep or {}) | counts(statuses, (job.sweep or {}).get("retried", 0)) | {"eta_s": None}
 
 
 # -- while it runs ----------------------------------------------------------------------------------
@@ -331,7 +215,7 @@ class SweepRunner:
         driver: Driver,
         ref: AttemptRef,
         arrays: list[ArrayRef],
-        live: dict[tuple[str, int], dict[int, str]],
+        live: dict[tuple[str, int], dict[int, TaskLiveness]],
         stopping: bool,
     ) -> Observation:
         seen = self._seen.setdefault(ref.key, _Seen())
@@ -348,49 +232,15 @@ class SweepRunner:
         ]
         starts = [(n, i, r) for n, i, r in files.started_tasks() if n in by_number and (n, i) not in seen.starts]
         outcomes = [name for name in files.outcome_names() if name not in seen.outcomes]
-        retry: list[int] = []
         exclude: set[str] = set()
         with self.store.session() as session:
             job = session.get(Job, ref.job_id)
             points = {p.index: p for p in session.scalars(select(SweepPoint).where(SweepPoint.job_id == ref.job_id))}
             stamp = stamp_now()
-            for number, index, record in starts:
-                seen.starts.add((number, index))
-                seen.first_start = min(seen.first_start or record.at, record.at)
-                for row in _current(points, by_number[number].plan.tasks[index], number):
-                    if row.status is PointStatus.queued:
-                        row.status, row.node, row.tries, row.stamp = (
-                            PointStatus.running,
-                            record.host,
-                            row.tries + 1,
-                            stamp,
-                        )
-            for name in outcomes:
-                read = files.read_outcome(name)
-                if read is None:
-                    continue  # being written: next cycle
-                seen.outcomes.add(name)
-                index, number, outcome = read
-                for row in _current(points, [index], number):
-                    if self._apply(ref, row, number, outcome, stamp):
-                        retry.append(index)
-            for number, index in ended:
-                orphans = _current(points, by_number[number].plan.tasks[index], number)
-                if not orphans or stopping:
-                    continue  # nothing lost; or the attempt's end settles them
-                end = driver.task_end(by_number[number], index)
-                if end is None:
-                    continue  # the backend has not settled it yet: next cycle
-                for row in orphans:
-                    row.stamp = stamp
-                    if end.fault is None:
-                        row.status, row.error = PointStatus.cancelled, end.words
-                        continue
-                    row.error, row.node = f"{end.fault.words}: {end.words}", end.node or row.node
-                    if end.node and end.fault is Fault.INFRASTRUCTURE:
-                        exclude.add(end.node)
-                    if self._retry(ref.spec, row, end.fault):
-                        retry.append(row.index)
+            self._note_starts(seen, points, by_number, starts, stamp)
+            retry = self._note_outcomes(ref, seen, files, points, outcomes, stamp)
+            if not stopping:  # else the attempt's end settles what its tasks left
+                retry += self._note_lost(driver, ref, points, by_number, ended, stamp, exclude)
             stored = {r.number: r for r in self._arrays(session, ref)}
             active = []
             for array in arrays:
@@ -418,10 +268,62 @@ class SweepRunner:
         self._apply_throttles(driver, changes)
         return observation
 
+    @staticmethod
+    def _note_starts(seen: _Seen, points: dict[int, SweepPoint], by_number, starts, stamp: int) -> None:
+        """The points of each task that started: running on its host, one try more."""
+        for number, index, record in starts:
+            seen.starts.add((number, index))
+            seen.first_start = min(seen.first_start or record.at, record.at)
+            for row in _current(points, by_number[number].plan.tasks[index], number):
+                if row.status is PointStatus.queued:
+                    row.status, row.node, row.tries, row.stamp = (
+                        PointStatus.running,
+                        record.host,
+                        row.tries + 1,
+                        stamp,
+                    )
+
+    def _note_outcomes(self, ref: AttemptRef, seen: _Seen, files, points, outcomes: list[str], stamp: int) -> list[int]:
+        """The outcomes the tasks wrote since the last cycle; the points to try again."""
+        retry = []
+        for name in outcomes:
+            read = files.read_outcome(name)
+            if read is None:
+                continue  # being written: next cycle
+            seen.outcomes.add(name)
+            index, number, outcome = read
+            for row in _current(points, [index], number):
+                if self._apply(ref, row, number, outcome, stamp):
+                    retry.append(index)
+        return retry
+
+    def _note_lost(self, driver: Driver, ref: AttemptRef, points, by_number, ended, stamp: int, exclude: set[str]):
+        """The points of tasks that ended without their outcomes, by the backend's account of
+        each task's end; the points to try again (`exclude` gains the nodes that failed them)."""
+        retry = []
+        for number, index in ended:
+            orphans = _current(points, by_number[number].plan.tasks[index], number)
+            if not orphans:
+                continue  # nothing lost
+            end = driver.task_end(by_number[number], index)
+            if end is None:
+                continue  # the backend has not settled it yet: next cycle
+            for row in orphans:
+                row.stamp = stamp
+                if end.fault is None:
+                    row.status, row.error = PointStatus.cancelled, end.words
+                    continue
+                row.error, row.node = f"{end.fault.words}: {end.words}", end.node or row.node
+                if end.node and end.fault is Fault.INFRASTRUCTURE:
+                    exclude.add(end.node)
+                if self._retry(ref.spec, row, end.fault):
+                    retry.append(row.index)
+        return retry
+
     def _apply(self, ref: AttemptRef, row: SweepPoint, number: int, outcome, stamp: int) -> bool:
         """One point's outcome; True when it is to be tried again."""
         row.node, row.wall_s, row.stamp = outcome.host, outcome.wall_s, stamp
-        if outcome.status == "done":
+        if outcome.status == PointStatus.done:
             row.status, row.error, row.traceback = PointStatus.done, None, None
             if outcome.result:
                 row.result_job, row.result_array, row.result_point = ref.job_id, number, row.index
@@ -448,7 +350,7 @@ class SweepRunner:
         arrays' throttles, waiting arrays whose slots came and are to be submitted with them)."""
         order = sorted([*active, *waiting], key=lambda a: a.plan.number if isinstance(a, ArrayRef) else a.number)
         shape = [
-            (len(live[a.key]), sum(1 for s in live[a.key].values() if s == "running"))
+            (len(live[a.key]), sum(1 for s in live[a.key].values() if s is TaskLiveness.running))
             if isinstance(a, ArrayRef)
             else (sum(1 for task in a.tasks), 0)
             for a in order

@@ -21,6 +21,7 @@ from cellscale_hub.drivers.capabilities import CloudPool
 from cellscale_hub.scheduling.placement import Spend, usd_words
 from cellscale_hub.store.jobs import span_words
 from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerRow
+from cellscale_hub.store.specs import typed_spec
 from cellscale_hub.tenancy import Tenancy
 
 HISTORY_JOBS = 200  # the user's newest finished jobs searched for earlier runs of a cell
@@ -152,7 +153,7 @@ def earlier_runs(session: Session, owner: str, spec: JobSpec) -> list[float]:
     GPUs, newest first."""
     code = _code(spec)
     query = (
-        select(Job.spec, Attempt.held_from, Attempt.held_until)
+        select(Job.id, Job.spec_json, Attempt.held_from, Attempt.held_until)
         .join(Attempt, Attempt.job_id == Job.id)
         .where(Job.owner == owner, Job.phase == Phase.SUCCEEDED, Attempt.held_until.is_not(None))
         .order_by(Job.created_at.desc())
@@ -160,8 +161,8 @@ def earlier_runs(session: Session, owner: str, spec: JobSpec) -> list[float]:
     )
     gpus = spec.resources.nodes * spec.resources.gpus_per_node
     out = []
-    for stored, held_from, held_until in session.execute(query):
-        other = JobSpec.model_validate(stored)
+    for job_id, stored, held_from, held_until in session.execute(query):
+        other = typed_spec(job_id, stored)
         if _code(other) == code and other.resources.nodes * other.resources.gpus_per_node == gpus:
             out.append((held_until - held_from).total_seconds())
     return out

@@ -40,7 +40,8 @@ TINY_USD = 1e-9  # the smallest scale identity_error divides by
 
 
 class IdlePolicy(StrEnum):
-    """Who pays for an on-prem flavor's GPU-seconds nobody held."""
+    """Who pays for an on-prem flavor's GPU-seconds nobody held (OpenCost's shared idle); the
+    tenancy's cost policy names one."""
 
     none = "none"  # nobody: all of it is shared
     even = "even"  # the desks with a nominal quota on the flavor, in equal parts
@@ -306,6 +307,40 @@ def report(
     bills: dict[str, float] = defaultdict(float)
     for bill in cloud_bills:
         bills[bill.flavor] += bill.usd
+    capacity_s, capacity_usd = _capacity(pools, bills, w0, w1)
+
+    held = _Held()
+    for iv in intervals:
+        c = _clip(iv, w0, w1)
+        if c is not None:
+            held.add(iv, c, iv.flavor in bills)
+
+    flavors: dict[str, FlavorCost] = {}
+    for flavor in sorted(set(bills) | set(capacity_s) | set(held.flavor_s)):
+        line = flavors[flavor] = _flavor_line(flavor, bills, capacity_s, capacity_usd, held, policy, quotas, w1 - w0)
+        for tenant, usd in line.idle_shares.items():
+            held.desks[tenant].idle_share_usd += usd
+
+    for tenant in quotas:  # a desk with a quota and nothing in the window still gets its line
+        held.desks.setdefault(tenant, _Tally())
+    lines = flavors.values()
+    return CostReport(
+        window=(w0, w1),
+        policy=policy,
+        desks={t: d.desk() for t, d in sorted(held.desks.items())},
+        users={k: u.desk() for k, u in sorted(held.users.items())},
+        jobs=dict(sorted(held.jobs.items())),
+        series=dict(sorted(held.series.items())),
+        flavors=flavors,
+        fleet_usd=math.fsum(f.fleet_usd for f in lines),
+        shared_idle_usd=math.fsum(f.shared_idle_usd for f in lines),
+        overhead_usd=math.fsum(f.overhead_usd for f in lines),
+        fleet_idle_gpu_s=math.fsum(f.idle_gpu_s for f in lines),
+    )
+
+
+def _capacity(pools: Iterable[Pool], bills: Mapping[str, float], w0: float, w1: float):
+    """(GPU-seconds, dollars) of each on-prem flavor's pools within the window."""
     capacity_s: dict[str, float] = defaultdict(float)
     capacity_usd: dict[str, float] = defaultdict(float)
     for pool in pools:
@@ -314,25 +349,28 @@ def report(
         seconds = _overlap(pool.start, pool.end, w0, w1)
         capacity_s[pool.flavor] += pool.gpus * seconds
         capacity_usd[pool.flavor] += pool.gpus * seconds * pool.usd_per_gpu_hour / HOUR_S
+    return capacity_s, capacity_usd
 
-    desks: dict[str, _Tally] = defaultdict(_Tally)
-    users: dict[tuple[str, str], _Tally] = defaultdict(_Tally)
-    jobs: dict[str, JobCost] = {}
-    series: dict[tuple[str, str, str, str], Usage] = {}
-    flavor_s: dict[str, float] = defaultdict(float)
-    flavor_usd: dict[str, float] = defaultdict(float)
-    for iv in intervals:
-        c = _clip(iv, w0, w1)
-        if c is None:
-            continue
-        cloud = iv.flavor in bills
-        desks[iv.tenant].add(c, cloud)
-        users[(iv.tenant, iv.user)].add(c, cloud)
-        flavor_s[iv.flavor] += c.gpu_s
-        flavor_usd[iv.flavor] += c.usd
-        job = jobs.get(iv.job_id) or JobCost(iv.job_id, iv.tenant, iv.user)
+
+@dataclass
+class _Held:
+    """What the attempts held within the window: by desk, user, job, series and flavor."""
+
+    desks: dict[str, _Tally] = field(default_factory=lambda: defaultdict(_Tally))
+    users: dict[tuple[str, str], _Tally] = field(default_factory=lambda: defaultdict(_Tally))
+    jobs: dict[str, JobCost] = field(default_factory=dict)
+    series: dict[tuple[str, str, str, str], Usage] = field(default_factory=dict)
+    flavor_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    flavor_usd: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def add(self, iv: Interval, c: _Clipped, cloud: bool) -> None:
+        self.desks[iv.tenant].add(c, cloud)
+        self.users[(iv.tenant, iv.user)].add(c, cloud)
+        self.flavor_s[iv.flavor] += c.gpu_s
+        self.flavor_usd[iv.flavor] += c.usd
+        job = self.jobs.get(iv.job_id) or JobCost(iv.job_id, iv.tenant, iv.user)
         known = c.used_gpu_s is not None
-        jobs[iv.job_id] = JobCost(
+        self.jobs[iv.job_id] = JobCost(
             job.job_id,
             job.tenant,
             job.user,
@@ -343,51 +381,43 @@ def report(
             job.idle_in_allocation_usd + c.idle_usd,
         )
         key = (iv.tenant, iv.user, iv.backend, iv.flavor)
-        s = series.get(key, Usage())
-        series[key] = Usage(s.allocated_gpu_s + c.gpu_s, s.used_gpu_s + (c.used_gpu_s or 0.0), s.usd + c.usd)
+        s = self.series.get(key, Usage())
+        self.series[key] = Usage(s.allocated_gpu_s + c.gpu_s, s.used_gpu_s + (c.used_gpu_s or 0.0), s.usd + c.usd)
 
-    flavors: dict[str, FlavorCost] = {}
-    for flavor in sorted(set(bills) | set(capacity_s) | set(flavor_s)):
-        alloc_s, alloc_usd = flavor_s.get(flavor, 0.0), flavor_usd.get(flavor, 0.0)
-        if flavor in bills:
-            kind, fleet, cap_s, idle_s, idle_usd = FlavorKind.cloud, bills[flavor], 0.0, 0.0, 0.0
-        elif flavor in capacity_s:
-            kind, fleet, cap_s = FlavorKind.pool, capacity_usd[flavor], capacity_s[flavor]
-            idle_s = max(0.0, cap_s - alloc_s)
-            idle_usd = idle_s * fleet / cap_s if cap_s > 0 else 0.0  # at the pools' mean price
-        else:
-            kind, fleet, cap_s, idle_s, idle_usd = FlavorKind.unpriced, 0.0, 0.0, 0.0, 0.0
-        held = {t: d.by_flavor_gpu_s[flavor] for t, d in desks.items() if flavor in d.by_flavor_gpu_s}
-        shares = idle_shares(policy, flavor, idle_usd, idle_s, held, quotas, w1 - w0)
-        for tenant, usd in shares.items():
-            desks[tenant].idle_share_usd += usd
-        flavors[flavor] = FlavorCost(
-            flavor=flavor,
-            kind=kind,
-            fleet_usd=fleet,
-            capacity_gpu_s=cap_s,
-            allocated_gpu_s=alloc_s,
-            allocation_usd=alloc_usd,
-            idle_gpu_s=idle_s,
-            idle_usd=idle_usd,
-            idle_shares=shares,
-            shared_idle_usd=idle_usd - math.fsum(shares.values()),
-            overhead_usd=fleet - alloc_usd - idle_usd,
-        )
 
-    for tenant in quotas:  # a desk with a quota and nothing in the window still gets its line
-        desks.setdefault(tenant, _Tally())
-    lines = flavors.values()
-    return CostReport(
-        window=(w0, w1),
-        policy=policy,
-        desks={t: d.desk() for t, d in sorted(desks.items())},
-        users={k: u.desk() for k, u in sorted(users.items())},
-        jobs=dict(sorted(jobs.items())),
-        series=dict(sorted(series.items())),
-        flavors=flavors,
-        fleet_usd=math.fsum(f.fleet_usd for f in lines),
-        shared_idle_usd=math.fsum(f.shared_idle_usd for f in lines),
-        overhead_usd=math.fsum(f.overhead_usd for f in lines),
-        fleet_idle_gpu_s=math.fsum(f.idle_gpu_s for f in lines),
+def _flavor_line(
+    flavor: str,
+    bills: Mapping[str, float],
+    capacity_s: Mapping[str, float],
+    capacity_usd: Mapping[str, float],
+    held: _Held,
+    policy: IdlePolicy,
+    quotas: Mapping[str, Mapping[str, int]],
+    window_s: float,
+) -> FlavorCost:
+    """One flavor's line: its cost (bill, capacity or none), what was held of it, its idle and
+    who pays for that idle under the policy."""
+    alloc_s, alloc_usd = held.flavor_s.get(flavor, 0.0), held.flavor_usd.get(flavor, 0.0)
+    if flavor in bills:
+        kind, fleet, cap_s, idle_s, idle_usd = FlavorKind.cloud, bills[flavor], 0.0, 0.0, 0.0
+    elif flavor in capacity_s:
+        kind, fleet, cap_s = FlavorKind.pool, capacity_usd[flavor], capacity_s[flavor]
+        idle_s = max(0.0, cap_s - alloc_s)
+        idle_usd = idle_s * fleet / cap_s if cap_s > 0 else 0.0  # at the pools' mean price
+    else:
+        kind, fleet, cap_s, idle_s, idle_usd = FlavorKind.unpriced, 0.0, 0.0, 0.0, 0.0
+    on_flavor = {t: d.by_flavor_gpu_s[flavor] for t, d in held.desks.items() if flavor in d.by_flavor_gpu_s}
+    shares = idle_shares(policy, flavor, idle_usd, idle_s, on_flavor, quotas, window_s)
+    return FlavorCost(
+        flavor=flavor,
+        kind=kind,
+        fleet_usd=fleet,
+        capacity_gpu_s=cap_s,
+        allocated_gpu_s=alloc_s,
+        allocation_usd=alloc_usd,
+        idle_gpu_s=idle_s,
+        idle_usd=idle_usd,
+        idle_shares=shares,
+        shared_idle_usd=idle_usd - math.fsum(shares.values()),
+        overhead_usd=fleet - alloc_usd - idle_usd,
     )

@@ -24,13 +24,13 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session, joinedload
 
 from cellscale.runtime.records import NodeUsage
-from cellscale_hub.control.settings import Settings
 from cellscale_hub.cost.cloudbill import attribute
 from cellscale_hub.drivers import Driver
 from cellscale_hub.drivers.capabilities import CloudPool
 from cellscale_hub.metrics import Metrics
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.settings import Settings
 from cellscale_hub.store import Store
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerHour, LedgerRow, utcnow

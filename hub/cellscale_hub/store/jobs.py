@@ -19,10 +19,8 @@ from cellscale.spec import (
     EventView,
     IoProfileView,
     JobCost,
-    JobSpec,
     JobView,
     PendingView,
-    SweepProgress,
 )
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, ACTIVE_PHASES, TERMINAL_PHASES, EventKind, EventReason, Phase
 from cellscale_hub.lifecycle import check_transition
@@ -30,6 +28,7 @@ from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.store import totals
 from cellscale_hub.store.db import ENDED
 from cellscale_hub.store.models import Attempt, Event, Job, utcnow
+from cellscale_hub.store.points import sweep_progress
 from cellscale_hub.tenancy import ResourceWeights
 
 MAX_ID = 2**31 - 1
@@ -64,7 +63,7 @@ def insert_job(session: Session, job: Job) -> tuple[Job, bool]:
             existing = find_by_key(session, job.owner, job.idempotency_key)
             if existing is None:
                 raise
-    if existing.spec != job.spec:
+    if existing.spec_json != job.spec_json:
         raise IdempotencyConflict(
             f"idempotency key {job.idempotency_key!r} was already used for a different job ({existing.id}); "
             "use a new key for a new job"
@@ -274,7 +273,7 @@ def job_view(job: Job, waiting: PendingView | None = None, weights: ResourceWeig
         borrowed=job.borrowed,
         phase=job.phase,
         reason=waiting.message if waiting else job.reason,
-        spec=JobSpec.model_validate(job.spec),
+        spec=job.spec,
         pending=waiting,
         preempting=job.preempt_deadline is not None,
         excluded_nodes=list(job.excluded_nodes or []),
@@ -297,21 +296,6 @@ def io_view(job: Job) -> IoProfileView | None:
     """The I/O profile of its newest attempt that has one (None: none read through cellscale.datasets)."""
     profiled = next((a for a in reversed(job.attempts) if a.io is not None), None)
     return IoProfileView.model_validate(profiled.io) if profiled else None
-
-
-def sweep_progress(job: Job) -> SweepProgress | None:
-    """A sweep's points by status, as the controller keeps them in jobs.sweep (None: not a sweep)."""
-    spec = job.spec.get("sweep")
-    if not spec:
-        return None
-    kept = job.sweep or {}
-    return SweepProgress(
-        points=spec["points"],
-        max_parallel=min(spec["max_parallel"], -(-spec["points"] // spec.get("per_task", 1))),
-        **{k: kept.get(k, 0) for k in ("queued", "running", "done", "failed", "cached", "cancelled", "retried")},
-        arrays=kept.get("arrays", 0),
-        eta_s=kept.get("eta_s"),
-    )
 
 
 def job_cost(job: Job) -> JobCost | None:

@@ -21,7 +21,9 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from cellscale.spec import JobSpec
 from cellscale.vocabulary import AttemptState, EventKind, EventReason, Fault, Phase, PointStatus
+from cellscale_hub.store.specs import typed_spec
 
 
 def utcnow() -> datetime:
@@ -89,7 +91,8 @@ class Job(Base):
     priority: Mapped[int] = mapped_column(Integer, default=0)
     borrowed: Mapped[int] = mapped_column(Integer, default=0)
     name: Mapped[str] = mapped_column(String(63))
-    spec: Mapped[dict] = mapped_column(JSON)
+    # the JobSpec as submitted, as JSON (written once, at submit): read it typed, as `spec`
+    spec_json: Mapped[dict] = mapped_column("spec", JSON)
     # a choice of sites: {"backends": [...], "data": [[site, GB], ...]} (placement.Placement.stored)
     placement: Mapped[dict | None] = mapped_column(JSON)
     inputs_sha256: Mapped[str | None] = mapped_column(String(64), index=True)  # its inputs bundle, if any
@@ -120,6 +123,15 @@ class Job(Base):
     attempts: Mapped[list[Attempt]] = relationship(
         back_populates="job", order_by="Attempt.number", cascade="all, delete-orphan", lazy="selectin"
     )
+
+    @property
+    def spec(self) -> JobSpec:
+        """The stored spec, typed (validated once per process, not at every read: store/specs.py)."""
+        return typed_spec(self.id, self.spec_json)
+
+    @spec.setter
+    def spec(self, spec: JobSpec) -> None:
+        self.spec_json = spec.model_dump(mode="json")
 
 
 class Attempt(Base):

@@ -208,7 +208,7 @@ def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workl
             Job.memory_mb,
             Job.placement,
             Job.attained_gpu_s,
-            Job.spec[("resources", "timeout_min")].as_float().label("timeout_min"),
+            Job.spec_json[("resources", "timeout_min")].as_float().label("timeout_min"),
             requeued.c.ended_at.label("queued_at"),
         )
         .outerjoin(requeued, requeued.c.job_id == Job.id)
@@ -277,7 +277,7 @@ def holder_of(job: Job) -> Holder:
     """A job that holds quota; its attained service is its ended attempts' (not the current one's)."""
     attempt = job.attempts[-1] if job.attempts else None
     started = attempt.started_at if attempt and attempt.started_at else None
-    timeout_s = job.spec.get("resources", {}).get("timeout_min", DEFAULT_TIMEOUT_MIN) * 60
+    timeout_s = job.spec.resources.timeout_min * 60
     return Holder(
         job.id,
         job.cluster_queue,
@@ -294,7 +294,7 @@ def holder_of(job: Job) -> Holder:
         attained=job.attained_gpu_s or 0.0,
         preemptions=sum(a.fault is Fault.PREEMPTION for a in job.attempts),
         owner=job.owner,
-        name=job.spec.get("title") or job.name or "",  # as the job is shown (JobView.title)
+        name=job.spec.title or job.name or "",  # as the job is shown (JobView.title)
     )
 
 

@@ -884,6 +884,12 @@ export interface components {
             user: string;
         };
         /**
+         * BurstPolicy
+         * @description Whether a job may go to a cloud site (--burst; a desk's default when the job says none).
+         * @enum {string}
+         */
+        BurstPolicy: "never" | "allow";
+        /**
          * CheckpointView
          * @description A checkpoint a job committed (cellscale.checkpoint), as the notebook and panel list it.
          */
@@ -912,11 +918,7 @@ export interface components {
          * @description A desk's cloud policy: whether its jobs may burst by default, and its budget (null: none).
          */
         CloudUpdate: {
-            /**
-             * Burst
-             * @enum {string}
-             */
-            burst: "never" | "allow";
+            burst: components["schemas"]["BurstPolicy"];
             budget?: components["schemas"]["Budget"] | null;
         };
         /**
