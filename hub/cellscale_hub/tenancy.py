@@ -33,8 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cellscale.spec import DataUrl, DataVersion, parse_memory_mb
-from cellscale.vocabulary import BurstPolicy, Resource
-from cellscale_hub.cost.ledger import IdlePolicy
+from cellscale.vocabulary import BurstPolicy, IdlePolicy, Resource
 
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY_CLASS = "normal"

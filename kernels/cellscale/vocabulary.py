@@ -241,3 +241,13 @@ class TaskLiveness(StrEnum):
 
     pending = "pending"  # queued at the backend, not started yet
     running = "running"  # started on a node
+
+
+class IdlePolicy(StrEnum):
+    """Who pays for an on-prem flavor's GPU-seconds nobody held (OpenCost's shared idle); the
+    tenancy's cost policy names one."""
+
+    none = "none"  # nobody: all of it is shared
+    even = "even"  # the desks with a nominal quota on the flavor, in equal parts
+    proportional = "proportional"  # the desks that held the flavor, by their GPU-seconds on it
+    owner = "owner"  # each desk its reserved-but-unused quota; the rest shared

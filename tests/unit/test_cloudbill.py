@@ -2,7 +2,8 @@
 
 import pytest
 
-from cellscale_hub.cost.cloudbill import Instance, Run, attribute
+from cellscale_hub.cost.cloudbill import attribute
+from cellscale_hub.drivers.capabilities import Instance, Run
 
 RATE = 8 * 2.5 / 3600  # an 8-GPU node at $2.50/GPU-h, per second
 

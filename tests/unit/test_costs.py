@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cellscale_hub.cost.cloudbill import Instance
 from cellscale_hub.cost.costs import bill_within, estimate_words
+from cellscale_hub.drivers.capabilities import Instance
 from cellscale_hub.scheduling.placement import Spend
 from cellscale_hub.tenancy import Budget
 

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cellscale_hub.cost.ledger import CloudBill, FlavorKind, IdlePolicy, Interval, Pool, report
+from cellscale.vocabulary import IdlePolicy
+from cellscale_hub.cost.ledger import CloudBill, FlavorKind, Interval, Pool, report
 
 H = 3600.0
 WINDOW = (0.0, H)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cellscale.spec import JobSpec
-from cellscale.vocabulary import EventKind, EventReason, Phase
+from cellscale.vocabulary import DataMode, EventKind, EventReason, Phase
 from cellscale_hub.drivers.base import AttemptRef, Driver
 from cellscale_hub.drivers.capabilities import StageProgress, StagesAhead
 from cellscale_hub.store import jobs as q
@@ -151,7 +151,7 @@ def _stages(job: Job) -> bool:
     return (
         job.phase is Phase.PENDING
         and not job.cancel_requested
-        and job.spec.data_mode == "stage"
+        and job.spec.data_mode == DataMode.stage
         and any(d.url for d in job.spec.datasets)
     )
 

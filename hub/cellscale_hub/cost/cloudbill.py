@@ -9,7 +9,8 @@ one (it kept the node up). An instance no attempt ever held stays unattributed (
 job went elsewhere): shared cost. The attributed dollars plus the unattributed add up to the
 bill exactly.
 
-Pure functions; the controller feeds them the driver's `cloud_instances()` and `node_runs()`.
+Pure functions; the controller feeds them the driver's `cloud_instances()` and `node_runs()`
+(`Instance` and `Run`, the records a `CloudPool` driver reports: drivers/capabilities.py).
 """
 
 from __future__ import annotations
@@ -18,25 +19,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Instance:
-    """One billed instance, as the cloud's ledger has it."""
-
-    node: str
-    requested: float  # epoch seconds
-    stopped: float | None  # None: still running (billed up to now)
-    usd: float  # billed so far
-
-
-@dataclass(frozen=True)
-class Run:
-    """An attempt holding a node, as the backend's accounting has it."""
-
-    key: Hashable
-    node: str
-    start: float
-    end: float | None  # None: still running
+from cellscale_hub.drivers.capabilities import Instance, Run
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,9 @@ from sqlalchemy.orm import Session
 
 from cellscale.spec import CostEstimate, JobSpec
 from cellscale.vocabulary import Phase
-from cellscale_hub.cost.cloudbill import Instance
 from cellscale_hub.cost.ledger import CloudBill, CostReport, Interval, Pool, report
 from cellscale_hub.drivers import Driver
-from cellscale_hub.drivers.capabilities import CloudPool
+from cellscale_hub.drivers.capabilities import CloudPool, Instance
 from cellscale_hub.scheduling.placement import Spend, usd_words
 from cellscale_hub.store.jobs import span_words
 from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerRow

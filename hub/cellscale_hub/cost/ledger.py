@@ -35,18 +35,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
+from cellscale.vocabulary import IdlePolicy
+
 HOUR_S = 3600.0
 TINY_USD = 1e-9  # the smallest scale identity_error divides by
-
-
-class IdlePolicy(StrEnum):
-    """Who pays for an on-prem flavor's GPU-seconds nobody held (OpenCost's shared idle); the
-    tenancy's cost policy names one."""
-
-    none = "none"  # nobody: all of it is shared
-    even = "even"  # the desks with a nominal quota on the flavor, in equal parts
-    proportional = "proportional"  # the desks that held the flavor, by their GPU-seconds on it
-    owner = "owner"  # each desk its reserved-but-unused quota; the rest shared
 
 
 class FlavorKind(StrEnum):

@@ -15,21 +15,21 @@ from __future__ import annotations
 import argparse
 import os
 import pwd
-import re
 import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+from cellscale_hub.proc import UNIX_USER
+
 Log = Callable[[str], None]
 
 
 def ensure_users(names: Iterable[str], log: Log = print) -> None:
     """Create each missing user (with a private home), and make existing homes private."""
     for name in names:
-        if not USER_NAME.match(name):
+        if not UNIX_USER.match(name):
             raise ValueError(f"{name!r} is not a valid Unix user name (lower case letters, digits, _ and -)")
         try:
             entry = pwd.getpwnam(name)

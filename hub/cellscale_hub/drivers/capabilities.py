@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime
 
 from cellscale.runtime.records import ArrayPlan, StagePlan, StageProgress
 from cellscale.spec import JobSpec
-from cellscale.vocabulary import Fault
-from cellscale_hub.cost.cloudbill import Instance, Run
+from cellscale.vocabulary import Fault, TaskLiveness
 from cellscale_hub.drivers.base import AttemptRef
 from cellscale_hub.drivers.owners import hand_files_to_owner
 from cellscale_hub.tenancy import Tenancy
@@ -57,8 +57,8 @@ class RunsSweeps(ABC):
         """Start the array; return the backend's id for it."""
 
     @abstractmethod
-    def live_tasks(self, arrays: list[ArrayRef]) -> dict[tuple[str, int], dict[int, str]]:
-        """{array.key: {index: "pending" | "running"}} for every array, in ONE query."""
+    def live_tasks(self, arrays: list[ArrayRef]) -> dict[tuple[str, int], dict[int, TaskLiveness]]:
+        """{array.key: {index: TaskLiveness}} for every array, in ONE query."""
 
     @abstractmethod
     def task_end(self, array: ArrayRef, index: int) -> TaskEnd | None:
@@ -135,6 +135,26 @@ class WatchesNodes(ABC):
     @abstractmethod
     def node_notices(self) -> dict[str, str]:
         """Nodes announced to go away soon (node -> the notice in words)."""
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One billed instance, as the cloud's ledger has it."""
+
+    node: str
+    requested: float  # epoch seconds
+    stopped: float | None  # None: still running (billed up to now)
+    usd: float  # billed so far
+
+
+@dataclass(frozen=True)
+class Run:
+    """An attempt holding a node, as the backend's accounting has it."""
+
+    key: Hashable
+    node: str
+    start: float
+    end: float | None  # None: still running
 
 
 class CloudPool(ABC):

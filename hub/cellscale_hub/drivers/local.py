@@ -22,7 +22,7 @@ from cellscale.runtime import stage
 from cellscale.runtime.supervisor import launcher_argv
 from cellscale.runtime.sweepdir import SweepDir
 from cellscale.spec import BackendView
-from cellscale.vocabulary import AttemptState, ExitReason, Fault, Launcher
+from cellscale.vocabulary import AttemptState, ExitReason, Fault, Launcher, TaskLiveness
 from cellscale_hub import proc
 from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected
 from cellscale_hub.drivers.capabilities import ArrayRef, AssignsGpuIds, RunsSweeps, StagesAhead, TaskEnd
@@ -269,17 +269,17 @@ class LocalDriver(Driver, RunsSweeps, StagesAhead, AssignsGpuIds):
         threading.Thread(target=self._reap, args=(child,), name=f"reap-{ref.job_id}-{number}", daemon=True).start()
         return f"pool:{child.pid}"
 
-    def live_tasks(self, arrays: list[ArrayRef]) -> dict[tuple[str, int], dict[int, str]]:
+    def live_tasks(self, arrays: list[ArrayRef]) -> dict[tuple[str, int], dict[int, TaskLiveness]]:
         out = {}
         for array in arrays:
             sweep, number = SweepDir(array.ref.job_dir), array.plan.number
             if sweep.pool_alive(number):
                 ended = sweep.ended_tasks(number)
                 started = {i for n, i, _ in sweep.started_tasks() if n == number}
-                states = {i: "running" if i in started else "pending" for i in range(len(array.plan.tasks))}
-                out[array.key] = {i: state for i, state in states.items() if i not in ended}
+                live = (i for i in range(len(array.plan.tasks)) if i not in ended)
+                out[array.key] = {i: TaskLiveness.running if i in started else TaskLiveness.pending for i in live}
             elif not sweep.pool_started(number).exists() and self._starting(array):
-                out[array.key] = dict.fromkeys(range(len(array.plan.tasks)), "pending")
+                out[array.key] = dict.fromkeys(range(len(array.plan.tasks)), TaskLiveness.pending)
             else:
                 out[array.key] = {}
         return out

@@ -8,7 +8,7 @@ import re
 import shlex
 import time
 
-from cellscale.vocabulary import AttemptState, Fault
+from cellscale.vocabulary import AttemptState, Fault, TaskLiveness
 from cellscale_hub import proc
 from cellscale_hub.drivers.base import AttemptRef
 from cellscale_hub.drivers.capabilities import ArrayPlan, ArrayRef, RunsSweeps, TaskEnd
@@ -101,10 +101,10 @@ class SlurmArrays(RunsSweeps):
         out = self._run([*self._as_user(ref.owner), "sbatch", "--parsable", str(script)])
         return out.strip().split(";")[0]
 
-    def live_tasks(self, arrays: list[ArrayRef]) -> dict[tuple[str, int], dict[int, str]]:
+    def live_tasks(self, arrays: list[ArrayRef]) -> dict[tuple[str, int], dict[int, TaskLiveness]]:
         """ONE `squeue -r` for every array (by name: a finished array's id may be unknown to
         slurmctld already): index -> pending | running."""
-        out: dict[tuple[str, int], dict[int, str]] = {a.key: {} for a in arrays}
+        out: dict[tuple[str, int], dict[int, TaskLiveness]] = {a.key: {} for a in arrays}
         by_id = {a.backend_ref: a for a in arrays if a.backend_ref}
         names = sorted({array_name(a) for a in arrays})
         for start in range(0, len(names), 100):
@@ -114,7 +114,7 @@ class SlurmArrays(RunsSweeps):
                 array_id, _, index = task_id.partition("_")
                 if array_id in by_id and index.isdigit():
                     running = state in ACTIVE
-                    out[by_id[array_id].key][int(index)] = "running" if running else "pending"
+                    out[by_id[array_id].key][int(index)] = TaskLiveness.running if running else TaskLiveness.pending
         return out
 
     def task_end(self, array: ArrayRef, index: int) -> TaskEnd | None:
