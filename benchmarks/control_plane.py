@@ -176,7 +176,7 @@ def populate(db_url: str, size: int, shape: str) -> dict:
     from cellscale.vocabulary import AttemptState, EventKind, EventReason, Fault, Phase
     from cellscale_hub.auth import ALL_SCOPES, Principal
     from cellscale_hub.drivers.local import LocalDriver
-    from cellscale_hub.routing import place
+    from cellscale_hub.routing import route
     from cellscale_hub.store import Store
     from cellscale_hub.store.models import Attempt, Base, Event, Job
     from cellscale_hub.tenancy import Tenancy
@@ -214,7 +214,7 @@ def populate(db_url: str, size: int, shape: str) -> dict:
                 source="x = 1\n",
                 outputs=["loss"] if launcher == "torchrun" else [],
             )
-            where = place(tenancy, drivers, who, spec)
+            where = route(tenancy, drivers, who, spec)
             placed[key] = (where, where.spec.model_dump(mode="json"))
         return placed[key]
 

@@ -126,7 +126,7 @@ def populate(store, tenancy, drivers, jobs_root: Path, desks: int, running: int,
     from sqlalchemy import insert
 
     from cellscale_hub.auth import ALL_SCOPES, Principal
-    from cellscale_hub.routing import place
+    from cellscale_hub.routing import route
     from cellscale_hub.store.models import Attempt, Job, QueueTotal
 
     t0 = time.perf_counter()
@@ -139,7 +139,7 @@ def populate(store, tenancy, drivers, jobs_root: Path, desks: int, running: int,
         if (desk, gpus) not in placed:
             who = Principal(f"{desk}-u0", (desk,), ALL_SCOPES, tenants=(desk,))
             spec = JobSpec(launcher="plain", resources={"gpus_per_node": gpus, "timeout_min": 480}, source="x = 1\n")
-            p = place(tenancy, drivers, who, spec)
+            p = route(tenancy, drivers, who, spec)
             placed[desk, gpus] = (p, p.spec.model_dump(mode="json"))
         return placed[desk, gpus]
 

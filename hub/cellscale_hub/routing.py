@@ -4,10 +4,10 @@ never run is refused here with the numbers (a typed `Refused`, which the API map
 status code), using the same never-fits rule as admission (`scheduling.ceiling`).
 
 A queue whose flavors are at several sites (datacenters, cloud pools) leaves the site to
-admission: the job gets every backend of those sites it may use (`Placement.backends`: the
+admission: the job gets every backend of those sites it may use (`Route.backends`: the
 site asked for, cloud sites only when the job or its desk allows bursting, and only backends
 that shape the job the same way, so its gang is the same wherever it lands), and admission
-weighs them each cycle (`scheduling.sites`).
+weighs them each cycle (`scheduling.placement`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class NeverFits(Refused):
 
 
 @dataclass(frozen=True)
-class Placement:
+class Route:
     tenant: str
     queue: str  # LocalQueue
     cluster_queue: str
@@ -55,7 +55,7 @@ class Placement:
     spec: JobSpec  # shaped for the backend
     backends: tuple[str, ...] = ()  # more than one: admission chooses among these sites' backends
     data: tuple[tuple[str, float], ...] = ()  # (home site, GB) of each dataset it reads
-    note: str | None = None  # what placement changed, in words (a sweep's --max-parallel lowered to fit)
+    note: str | None = None  # what routing changed, in words (a sweep's --max-parallel lowered to fit)
 
     def stored(self) -> dict | None:
         """What the store keeps of a choice of sites (jobs.placement); None: one backend, no data."""
@@ -68,7 +68,7 @@ class Placement:
         }
 
 
-def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec: JobSpec) -> Placement:
+def route(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec: JobSpec) -> Route:
     """Resolve and check a submit; raises a `Refused` subclass."""
     if who.tenant is None:
         raise NoTenant(
@@ -99,7 +99,7 @@ def place(tenancy: Tenancy, drivers: Mapping[str, Driver], who: Principal, spec:
         best = never_fits(tenancy, cluster_queue, flavors, Amounts(res.gpus, res.cpus, res.memory_mb))
     if best is not None:
         raise NeverFits(_never_words(best, res, cluster_queue))
-    return Placement(who.tenant, queue, cluster_queue, priority, backend, spec, tuple(shaped), data, note)
+    return Route(who.tenant, queue, cluster_queue, priority, backend, spec, tuple(shaped), data, note)
 
 
 def _shaped(

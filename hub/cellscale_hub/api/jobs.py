@@ -36,7 +36,7 @@ from cellscale_hub.cost import costs
 from cellscale_hub.drivers import AttemptRef, Driver
 from cellscale_hub.drivers.capabilities import AssignsGpuIds
 from cellscale_hub.refs import attempt_ref
-from cellscale_hub.routing import NoTenant, Placement, Refused, place
+from cellscale_hub.routing import NoTenant, Refused, Route, route
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store import usage
 from cellscale_hub.store.jobs import IdempotencyConflict
@@ -85,7 +85,7 @@ def submit(
     ctx: Ctx,
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
 ):
-    where = _placement(ctx, who, body.spec)
+    where = _route(ctx, who, body.spec)
     spec = where.spec
     if spec.inputs_sha256 and ctx.bundles.path(who.user, spec.inputs_sha256) is None:
         raise HTTPException(
@@ -138,7 +138,7 @@ def submit(
 @router.post("/render", response_model=RenderView, responses=refusals(401, 403, 413, 422))
 def render(body: SubmitRequest, who: Submitter, ctx: Ctx) -> RenderView:
     """The dry run: the exact script the backend would run, without submitting."""
-    where = _placement(ctx, who, body.spec)
+    where = _route(ctx, who, body.spec)
     driver, spec = ctx.drivers[where.backend], where.spec
     gpus = tuple(range(spec.resources.gpus_per_node)) if isinstance(driver, AssignsGpuIds) else ()
     ref = AttemptRef(
@@ -324,11 +324,11 @@ def _driver(ctx: Context, backend: str) -> Driver:
     return ctx.drivers[backend]
 
 
-def _placement(ctx: Context, who: Principal, spec: JobSpec) -> Placement:
+def _route(ctx: Context, who: Principal, spec: JobSpec) -> Route:
     """Where the job goes (placement.place), its refusals as HTTP errors; an --env the OS would
     not start the job's processes with (E2BIG) is refused here, not found out by a failed attempt."""
     try:
-        where = place(ctx.tenancy.current, ctx.drivers, who, spec)
+        where = route(ctx.tenancy.current, ctx.drivers, who, spec)
     except NoTenant as exc:
         raise HTTPException(403, str(exc)) from exc
     except Refused as exc:
@@ -355,7 +355,7 @@ def _points(ctx: Context, who: Principal, spec: JobSpec) -> list[dict]:
     return grid
 
 
-def _estimate(session, ctx: Context, who: Principal, where: Placement) -> CostEstimate:
+def _estimate(session, ctx: Context, who: Principal, where: Route) -> CostEstimate:
     """What the job would cost on its queue's first flavor there (dollars against its desk's budget)."""
     tenancy = ctx.tenancy.current
     flavors = tenancy.flavors_for(where.cluster_queue, where.backend) or tenancy.flavors_for(where.cluster_queue)

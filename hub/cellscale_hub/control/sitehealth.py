@@ -1,6 +1,6 @@
 """What the controller knows about each site's backends beyond their capacity: whether their
 scheduler answers, whether a cloud pool just ran out of capacity (or reclaimed a spot node),
-and when their own scheduler would start a whole node. Placement (`scheduling.sites`) reads
+and when their own scheduler would start a whole node. Placement (`scheduling.placement`) reads
 it as one `SiteState` per flavor; nothing here is durable (after a restart the next polls
 learn it again).
 """

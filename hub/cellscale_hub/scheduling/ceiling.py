@@ -1,7 +1,7 @@
 """The one never-fits rule: the most of each resource one job of a ClusterQueue can ever get
 on a flavor.
 
-Placement refuses a submit above it (with these numbers, before anything is stored);
+Routing (`routing.route`) refuses a submit above it (with these numbers, before anything is stored);
 admission keeps a stored job that is above it waiting with the reason `NeverFits` (its
 quota was lowered, or the backend has less now than the quota promises).
 """

@@ -93,7 +93,7 @@ class Job(Base):
     name: Mapped[str] = mapped_column(String(63))
     # the JobSpec as submitted, as JSON (written once, at submit): read it typed, as `spec`
     spec_json: Mapped[dict] = mapped_column("spec", JSON)
-    # a choice of sites: {"backends": [...], "data": [[site, GB], ...]} (placement.Placement.stored)
+    # a choice of sites: {"backends": [...], "data": [[site, GB], ...]} (routing.Route.stored)
     placement: Mapped[dict | None] = mapped_column(JSON)
     inputs_sha256: Mapped[str | None] = mapped_column(String(64), index=True)  # its inputs bundle, if any
     estimate: Mapped[dict | None] = mapped_column(JSON)  # what it was expected to cost at submit (CostEstimate)
