@@ -20,9 +20,9 @@ import yaml
 
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import AttemptState
-from cellscale_hub.drivers.base import AttemptRef, SpecRejected
 from cellscale_hub.drivers.kubernetes import KubernetesDriver
 from cellscale_hub.drivers.kubernetes.watch import JOBSET
+from cellscale_hub.drivers.types import AttemptRef, SpecRejected
 from tests.integration.kube_fixtures import kube_api  # noqa: F401 - the session fixture
 from tests.integration.kube_standin import KueueStandIn
 

@@ -17,8 +17,8 @@ import pytest
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import AttemptState, Fault
 from cellscale_hub.dev import slurm as dev_slurm
-from cellscale_hub.drivers.base import AttemptRef, BackendUnreachable
 from cellscale_hub.drivers.slurm import SlurmDriver
+from cellscale_hub.drivers.types import AttemptRef, BackendUnreachable
 from cellscale_hub.tenancy import Tenancy
 from tests.integration.slurm_fixtures import slurm_cluster  # noqa: F401 - the fixture
 

@@ -12,9 +12,9 @@ import yaml
 from cellscale.runtime.records import ExitRecord, Started
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import AttemptState, ExitReason, Fault
-from cellscale_hub.drivers.base import AttemptRef, SpecRejected
 from cellscale_hub.drivers.kubernetes import KubernetesDriver
 from cellscale_hub.drivers.kubernetes.watch import JOBSET, RAYJOB, WATCHED, WORKLOAD, Stream
+from cellscale_hub.drivers.types import AttemptRef, SpecRejected
 
 NS = "desk-a"
 NAME = "cs-0123456789ab-a1"

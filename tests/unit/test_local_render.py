@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from cellscale.spec import JobSpec
-from cellscale_hub.drivers.base import AttemptRef
 from cellscale_hub.drivers.local import LocalDriver
+from cellscale_hub.drivers.types import AttemptRef
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 CASES = {

@@ -15,7 +15,6 @@ from traitlets.config import Config
 from cellscale.runtime.records import StagePlan
 from cellscale.spec import BackendView, JobSpec, Launcher, Sweep
 from cellscale.vocabulary import AttemptState, Fault
-from cellscale_hub.drivers.base import AttemptRef, BackendUnreachable, SpecRejected
 from cellscale_hub.drivers.capabilities import ArrayPlan, ArrayRef
 from cellscale_hub.drivers.slurm import SlurmDriver
 from cellscale_hub.drivers.slurm.accounts import AccountLimits, account_limits
@@ -31,6 +30,7 @@ from cellscale_hub.drivers.slurm.parse import (
     slurm_minutes,
 )
 from cellscale_hub.drivers.slurm.script import sbatch_quote
+from cellscale_hub.drivers.types import AttemptRef, BackendUnreachable, SpecRejected
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.tenancy import Tenancy
 

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import DataMode, EventKind, EventReason, Phase
-from cellscale_hub.drivers.base import AttemptRef, Driver
+from cellscale_hub.drivers.base import Driver
 from cellscale_hub.drivers.capabilities import StageProgress, StagesAhead
+from cellscale_hub.drivers.types import AttemptRef
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store.models import Job
 from cellscale_hub.waiting import WaitingBoard

@@ -27,8 +27,9 @@ from sqlalchemy.orm import Session
 
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import AttemptState, Fault, PointStatus, TaskLiveness
-from cellscale_hub.drivers.base import AttemptRef, Driver, Observation
+from cellscale_hub.drivers.base import Driver
 from cellscale_hub.drivers.capabilities import ArrayPlan, ArrayRef, AssignsGpuIds
+from cellscale_hub.drivers.types import AttemptRef, Observation
 from cellscale_hub.faults import decide
 from cellscale_hub.store import Store
 from cellscale_hub.store.models import Job, SweepArray, SweepPoint, utcnow

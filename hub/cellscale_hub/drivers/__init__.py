@@ -10,7 +10,8 @@ from importlib.metadata import entry_points
 from traitlets.utils.importstring import import_item
 
 from cellscale.spec import BackendView
-from cellscale_hub.drivers.base import AttemptRef, BackendUnreachable, Driver, Observation, SpecRejected
+from cellscale_hub.drivers.base import Driver
+from cellscale_hub.drivers.types import AttemptRef, BackendUnreachable, Observation, SpecRejected
 from cellscale_hub.scheduling.resources import UNLIMITED, Amounts
 from cellscale_hub.tenancy import Tenancy
 

@@ -1,5 +1,5 @@
 """The driver interface: what the control plane needs from a scheduler (the contract is on
-`Driver` itself), and what drivers hand back (`Observation`). What only some backends do is
+`Driver` itself), and what drivers hand back (`Observation`, in `drivers.types`). What only some backends do is
 opt-in (`drivers.capabilities`); what a job's directory says is read through `Driver.files`
 (`drivers.jobfiles`)."""
 
@@ -7,75 +7,15 @@ from __future__ import annotations
 
 from abc import ABCMeta
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from traitlets import Float, MetaHasTraits, Unicode
 from traitlets.config import LoggingConfigurable
 
-from cellscale.runtime.jobdir import JobDir
-from cellscale.runtime.records import Checkpoint, DataCacheSettings, LaunchPlan, ResumeReport
-from cellscale.spec import BackendView, IoProfileView, JobSpec
-from cellscale.vocabulary import AttemptState, Fault
+from cellscale.runtime.records import DataCacheSettings, LaunchPlan
+from cellscale.spec import BackendView, JobSpec
 from cellscale_hub.drivers.jobfiles import JobFiles
-
-
-class SpecRejected(ValueError):
-    """The job can never run on this backend; the message says what to change."""
-
-
-class BackendUnreachable(RuntimeError):
-    """The backend's scheduler does not answer (its controller is down or cut off): what it
-    runs is unknown, not gone. Raised by `poll` (and any query) instead of a generic error."""
-
-
-@dataclass(frozen=True)
-class AttemptRef:
-    """One attempt of a job, as a driver sees it: everything it needs, from the store."""
-
-    job_id: str
-    number: int
-    job_dir: Path
-    spec: JobSpec
-    gpu_ids: tuple[int, ...] = ()
-    backend_ref: str | None = None
-    submitted_at: datetime | None = None
-    owner: str = ""
-    tenant: str = ""
-    queue: str = ""  # the desk's LocalQueue it was admitted through (a Kueue backend submits to the same)
-    resubmit: bool = False  # submitted again after a restart: the backend may already have it
-    excluded_nodes: tuple[str, ...] = ()  # nodes that failed this job before: its next attempts avoid them
-    nodelist: tuple[str, ...] = ()  # the nodes it must run on (where its datasets were staged), when set
-    result_key: str | None = field(default=None, repr=False)  # the job signs its outputs with it
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.job_id, self.number)
-
-    @property
-    def dir(self) -> JobDir:
-        return JobDir(self.job_dir)
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What a driver's poll found about one attempt, plus what its job directory says."""
-
-    state: AttemptState
-    exit_code: int | None = None
-    reason: str | None = None
-    heartbeat: datetime | None = None  # the oldest of the nodes' latest heartbeats
-    step: int | None = None  # the training step rank 0 last reported
-    fault: Fault | None = None  # why an ended attempt did not succeed (None: it did, or was cancelled)
-    failed_nodes: tuple[str, ...] = ()
-    nodes: tuple[str, ...] = ()  # the nodes the attempt holds (known once the backend placed it)
-    checkpoint: Checkpoint | None = None  # the newest this attempt committed (filled in by JobFiles.annotate)
-    resume: ResumeReport | None = None  # what this attempt resumed from (filled in by JobFiles.annotate)
-    result: bool = False  # rank 0 wrote its outputs (filled in by JobFiles.annotate once the attempt SUCCEEDED)
-    io: IoProfileView | None = None  # what its ranks read (filled in by JobFiles.annotate once the attempt ended)
-    # the allocation's start and end (None: still held) as the backend's own scheduler has them: the ledger's clock
-    held: tuple[float, float | None] | None = None
+from cellscale_hub.drivers.types import AttemptRef, Observation, SpecRejected
 
 
 class DriverMeta(MetaHasTraits, ABCMeta):

@@ -14,8 +14,8 @@ from datetime import datetime
 from cellscale.runtime.records import ArrayPlan, StagePlan, StageProgress
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import Fault, TaskLiveness
-from cellscale_hub.drivers.base import AttemptRef
 from cellscale_hub.drivers.owners import hand_files_to_owner
+from cellscale_hub.drivers.types import AttemptRef
 from cellscale_hub.tenancy import Tenancy
 
 

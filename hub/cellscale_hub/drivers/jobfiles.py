@@ -21,7 +21,7 @@ from cellscale_hub.drivers.ioprofile import io_profile
 from cellscale_hub.faults import from_exit_records
 
 if TYPE_CHECKING:
-    from cellscale_hub.drivers.base import AttemptRef, Observation
+    from cellscale_hub.drivers.types import AttemptRef, Observation
 
 
 def heartbeat_of(ref: AttemptRef, nodes: int) -> tuple[datetime | None, int | None]:

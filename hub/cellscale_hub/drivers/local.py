@@ -24,10 +24,11 @@ from cellscale.runtime.sweepdir import SweepDir
 from cellscale.spec import BackendView
 from cellscale.vocabulary import AttemptState, ExitReason, Fault, Launcher, TaskLiveness
 from cellscale_hub import proc
-from cellscale_hub.drivers.base import AttemptRef, Driver, Observation, SpecRejected
+from cellscale_hub.drivers.base import Driver
 from cellscale_hub.drivers.capabilities import ArrayRef, AssignsGpuIds, RunsSweeps, StagesAhead, TaskEnd
 from cellscale_hub.drivers.jobfiles import heartbeat_of
 from cellscale_hub.drivers.owners import as_user, hand_files_to_owner, hand_to_owner, owner_of
+from cellscale_hub.drivers.types import AttemptRef, Observation, SpecRejected
 
 SUPERVISOR = ("-m", "cellscale.runtime.supervisor")
 POOL = ("-m", "cellscale.runtime.sweep", "pool")

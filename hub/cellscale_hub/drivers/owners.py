@@ -8,7 +8,7 @@ import os
 import pwd
 from pathlib import Path
 
-from cellscale_hub.drivers.base import SpecRejected
+from cellscale_hub.drivers.types import SpecRejected
 from cellscale_hub.proc import UNIX_USER
 
 

@@ -29,7 +29,7 @@ from traitlets import Float, Integer, Unicode, default
 from cellscale.runtime.records import LaunchPlan, PreemptNotice
 from cellscale.spec import BackendView, JobSpec, Launcher
 from cellscale.vocabulary import AttemptState, ExitReason, Fault
-from cellscale_hub.drivers.base import AttemptRef, BackendUnreachable, Driver, Observation, SpecRejected
+from cellscale_hub.drivers.base import Driver
 from cellscale_hub.drivers.capabilities import ChecksQueue, MirrorsTenancy
 from cellscale_hub.drivers.jobfiles import fault_from_job_dir, heartbeat_of
 from cellscale_hub.drivers.kubernetes import manifests
@@ -46,6 +46,7 @@ from cellscale_hub.drivers.kubernetes.watch import (
     why_unknown,
 )
 from cellscale_hub.drivers.owners import hand_files_to_owner, hand_to_owner
+from cellscale_hub.drivers.types import AttemptRef, BackendUnreachable, Observation, SpecRejected
 from cellscale_hub.tenancy import Tenancy
 
 log = logging.getLogger("cellscale.kubernetes")

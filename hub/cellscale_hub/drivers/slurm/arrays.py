@@ -10,11 +10,11 @@ import time
 
 from cellscale.vocabulary import AttemptState, Fault, TaskLiveness
 from cellscale_hub import proc
-from cellscale_hub.drivers.base import AttemptRef
 from cellscale_hub.drivers.capabilities import ArrayPlan, ArrayRef, RunsSweeps, TaskEnd
 from cellscale_hub.drivers.owners import hand_to_owner, owner_of
 from cellscale_hub.drivers.slurm.parse import ACTIVE, ENDED, OTHER_END, QUEUED, command_error, expand_hostlist
 from cellscale_hub.drivers.slurm.script import SAFE_NODE, check_names, fill_template, job_name
+from cellscale_hub.drivers.types import AttemptRef
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # slurm.conf's default MaxArraySize
 

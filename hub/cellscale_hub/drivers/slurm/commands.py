@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 
 from cellscale_hub import proc
-from cellscale_hub.drivers.base import BackendUnreachable
 from cellscale_hub.drivers.owners import as_user
 from cellscale_hub.drivers.slurm.parse import command_error, json_answer
 from cellscale_hub.drivers.slurm.script import SAFE_NAME
+from cellscale_hub.drivers.types import BackendUnreachable
 
 
 class SlurmCommands:

@@ -31,7 +31,7 @@ from traitlets import Bool, Float, Integer, List, TraitError, Unicode, default, 
 from cellscale.runtime.records import LaunchPlan
 from cellscale.spec import AttemptState, BackendView, JobSpec
 from cellscale.vocabulary import Fault
-from cellscale_hub.drivers.base import AttemptRef, Driver, Observation
+from cellscale_hub.drivers.base import Driver
 from cellscale_hub.drivers.jobfiles import fault_from_job_dir, heartbeat_of
 from cellscale_hub.drivers.owners import hand_to_owner
 from cellscale_hub.drivers.slurm.accounts import SlurmAccounts
@@ -66,6 +66,7 @@ from cellscale_hub.drivers.slurm.script import (
     sbatch_quote,
 )
 from cellscale_hub.drivers.slurm.staging import SlurmStaging
+from cellscale_hub.drivers.types import AttemptRef, Observation
 
 
 def master_port(ref: AttemptRef) -> int:

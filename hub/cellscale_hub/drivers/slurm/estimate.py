@@ -9,10 +9,10 @@ import time
 
 from cellscale.spec import JobSpec
 from cellscale_hub import proc
-from cellscale_hub.drivers.base import BackendUnreachable
 from cellscale_hub.drivers.capabilities import EstimatesStart
 from cellscale_hub.drivers.slurm.parse import command_error, key_values, parse_estimate, slurm_minutes
 from cellscale_hub.drivers.slurm.script import SAFE_NAME, SAFE_NODE
+from cellscale_hub.drivers.types import BackendUnreachable
 
 
 class SlurmEstimates(EstimatesStart):

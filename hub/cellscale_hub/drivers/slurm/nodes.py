@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 
 from cellscale.spec import BackendView, Launcher
-from cellscale_hub.drivers.base import AttemptRef
 from cellscale_hub.drivers.capabilities import CloudPool, Instance, Run, WatchesNodes
 from cellscale_hub.drivers.slurm.parse import NOTICE_REASON, expand_hostlist, gpus_of, key_values, tres
+from cellscale_hub.drivers.types import AttemptRef
 from cellscale_hub.scheduling.resources import Amounts
 
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from cellscale.vocabulary import AttemptState, Fault
-from cellscale_hub.drivers.base import BackendUnreachable
+from cellscale_hub.drivers.types import BackendUnreachable
 
 UNREACHABLE = re.compile(
     r"Unable to contact slurm controller|Unable to establish controller|Connection refused|"

@@ -9,7 +9,7 @@ import string
 
 from traitlets import TraitError
 
-from cellscale_hub.drivers.base import AttemptRef, SpecRejected
+from cellscale_hub.drivers.types import AttemptRef, SpecRejected
 
 SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -8,11 +8,11 @@ import shlex
 import time
 from dataclasses import replace
 
-from cellscale_hub.drivers.base import AttemptRef
 from cellscale_hub.drivers.capabilities import StagesAhead
 from cellscale_hub.drivers.owners import hand_to_owner
 from cellscale_hub.drivers.slurm.parse import parse_estimate, parse_estimate_nodes
 from cellscale_hub.drivers.slurm.script import SAFE_NODE, check_names, sbatch_quote
+from cellscale_hub.drivers.types import AttemptRef
 
 PIN_WITHIN_S = 60  # a job is pinned to its staged nodes only when they can start it about now
 
