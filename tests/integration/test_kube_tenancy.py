@@ -9,6 +9,9 @@ the quota's first status, `seed_quota_status`)."""
 
 from __future__ import annotations
 
+import time
+
+import httpx
 import pytest
 
 from cellscale_hub.drivers.kubernetes import tenancy as kube_tenancy
@@ -56,6 +59,23 @@ def pod(name: str, gpus: int = 1) -> dict:
     container = {"name": "main", "image": "busybox", "resources": resources}
     spec = {"serviceAccountName": "cellscale-jobs", "automountServiceAccountToken": False, "containers": [container]}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def enforced_after(client: httpx.Client, pods: str, too_big: dict, within_s: float = 30.0) -> int:
+    """Wait until the apiserver's ResourceQuota plugin enforces the status just written: it reads
+    quotas from its informer's cache, which sees the write a moment later (a pod created before
+    that is admitted unchecked). Asked with dry runs, which the plugin checks but never stores.
+    Returns how many dry runs it took."""
+    deadline = time.monotonic() + within_s
+    tries = 0
+    while True:
+        tries += 1
+        answer = client.post(pods, params={"dryRun": "All"}, json=too_big)
+        if answer.status_code == 403:
+            return tries
+        assert answer.status_code == 201, answer.text
+        assert time.monotonic() < deadline, f"the quota was still not enforced {within_s:.0f} s after its status"
+        time.sleep(0.05)  # the next look at the condition
 
 
 def test_the_mirror_is_applied_and_applying_it_again_changes_nothing(kube_api, kube_desks):
@@ -155,6 +175,7 @@ def test_a_desks_resource_quota_is_enforced_when_pods_are_admitted(kube_api, kub
         assert unenforced.status_code == 201, unenforced.text
 
         seed_quota_status(kube_api, desk_b)  # what the resourcequota controller would write first
+        enforced_after(hub, pods, pod("too-big", gpus=17))
         # desk-b: 8 GPUs and no borrowing limit, and desk-a lends all its 8: at most 16
         too_big = hub.post(pods, json=pod("too-big", gpus=17))
         fits = hub.post(pods, json=pod("fits", gpus=2))
