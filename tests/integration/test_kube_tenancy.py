@@ -61,18 +61,15 @@ def pod(name: str, gpus: int = 1) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
-def enforced_after(client: httpx.Client, pods: str, too_big: dict, within_s: float = 30.0) -> int:
+def enforced_after(client: httpx.Client, pods: str, too_big: dict, within_s: float = 30.0) -> None:
     """Wait until the apiserver's ResourceQuota plugin enforces the status just written: it reads
     quotas from its informer's cache, which sees the write a moment later (a pod created before
-    that is admitted unchecked). Asked with dry runs, which the plugin checks but never stores.
-    Returns how many dry runs it took."""
+    that is admitted unchecked). Asked with dry runs, which the plugin checks but never stores."""
     deadline = time.monotonic() + within_s
-    tries = 0
     while True:
-        tries += 1
         answer = client.post(pods, params={"dryRun": "All"}, json=too_big)
         if answer.status_code == 403:
-            return tries
+            return
         assert answer.status_code == 201, answer.text
         assert time.monotonic() < deadline, f"the quota was still not enforced {within_s:.0f} s after its status"
         time.sleep(0.05)  # the next look at the condition
