@@ -65,10 +65,11 @@ class SlurmNodes(WatchesNodes, CloudPool):
         self._capacity = (now, view)
         return view
 
-    def _nodes(self) -> list[dict]:
-        """Every node of the cluster, as `sinfo --json` describes it (reused `nodes_seconds`)."""
+    def _nodes(self, fresh: bool = False) -> list[dict]:
+        """Every node of the cluster, as `sinfo --json` describes it (reused `nodes_seconds`,
+        unless `fresh`)."""
         now = time.monotonic()
-        if self._node_info and now - self._node_info[0] < self.nodes_seconds:
+        if not fresh and self._node_info and now - self._node_info[0] < self.nodes_seconds:
             return self._node_info[1]
         nodes = self._json(["sinfo", "--json"])["nodes"]
         self._node_info = (now, nodes)
@@ -146,12 +147,14 @@ class SlurmNodes(WatchesNodes, CloudPool):
 
     def _node_reasons(self, nodes: Iterable[str]) -> dict[str, str]:
         """Slurm's reason of each of these nodes that has one, whatever its state (a
-        stockout leaves the nodes powered-down idle, with the reason kept)."""
+        stockout leaves the nodes powered-down idle, with the reason kept). Read fresh: asked
+        once a job's nodes failed, and a node list kept from before the failure lacks the reason
+        (the job's capacity fault was then called an infrastructure one)."""
         wanted = set(nodes)
         if not wanted:
             return {}
         try:
-            info = self._nodes()
+            info = self._nodes(fresh=True)
         except (RuntimeError, ValueError, KeyError):
             return {}
         return {n["name"]: str(n["reason"]) for n in info if n["name"] in wanted and n.get("reason")}
