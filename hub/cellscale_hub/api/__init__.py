@@ -1,5 +1,6 @@
-"""The control plane's HTTP API (FastAPI): thin handlers over the store and controller, one
-router per resource (desk, bundles, jobs, admin, cost, points), put together by `build_app`."""
+"""The control plane's HTTP API (FastAPI): thin handlers over the store and the drivers (the
+controller is reached only through the context's wake() and published reasons), one router per
+resource (desk, bundles, jobs, admin, cost, points), put together by `build_app`."""
 
 from __future__ import annotations
 
