@@ -152,6 +152,14 @@ class ControlPlane(Application):
         after a submit, a cancel, an admin's change, an attempt that started or ended, or a change in a
         backend's capacity; this timer only refreshes fair share (it decays) and estimated starts.""",
     ).tag(config=True)
+    backfill_depth = Integer(
+        100,
+        min=1,
+        allow_none=True,
+        help="""Most jobs one admission cycle looks at behind a queue's first waiting job (Slurm's
+        bf_max_job_test): the next cycle resumes where this one stopped, so deeper jobs are reached
+        a cycle or a few later. None: every job, every cycle (a cycle then costs the whole queue).""",
+    ).tag(config=True)
     meter_interval = Float(
         60.0,
         min=0.1,
@@ -303,6 +311,7 @@ class ControlPlane(Application):
             fair_share_half_life_s=self.fair_share_half_life,
             heartbeat_timeout_s=self.heartbeat_timeout,
             admission_interval_s=self.admission_interval,
+            backfill_depth=self.backfill_depth,
             meter_interval_s=self.meter_interval,
             bundle_keep_succeeded_s=self.bundle_keep_succeeded,
         )

@@ -132,11 +132,11 @@ def test_priority_preemption_within_a_queue(plane, tmp_path):
 
 
 def test_admission_runs_when_something_changed_not_every_tick(plane, monkeypatch):
-    import cellscale_hub.control.admit as admit_module
+    from cellscale_hub.scheduling.engine import Engine
 
     calls = []
-    real = admit_module.schedule
-    monkeypatch.setattr(admit_module, "schedule", lambda snap: calls.append(snap) or real(snap))
+    real = Engine.cycle
+    monkeypatch.setattr(Engine, "cycle", lambda self, *args: calls.append(args) or real(self, *args))
     big = plane.submit("alice", source="import time\ntime.sleep(60)", resources={"gpus_per_node": 4}).json()
     plane.run_until(big["id"], {Phase.RUNNING})
     waiting = plane.submit("carol", resources={"gpus_per_node": 2}).json()  # her desk holds all 4 GPUs

@@ -9,9 +9,10 @@ import time
 from sqlalchemy import event
 
 from cellscale.spec import Phase
+from cellscale.vocabulary import EventKind
+from cellscale_hub.store import jobs as q
 from cellscale_hub.store import usage
 from cellscale_hub.store.models import Job
-from tests.controlplane.conftest import two_desks
 
 SLEEPER = "import time\ntime.sleep(60)"
 
@@ -69,20 +70,22 @@ def test_after_a_restart_reasons_return_with_the_first_cycle(plane):
     plane.run_until(holder["id"], {Phase.CANCELLED})
 
 
-def test_waiting_jobs_are_read_once_and_again_when_they_may_have_changed(plane):
+def test_waiting_jobs_are_read_in_one_pass_then_by_what_changed(plane):
     ids = [plane.submit(resources={"gpus_per_node": 1}).json()["id"] for _ in range(3)]
-    cache = usage.PendingWorkloads()
+    feed = usage.PendingFeed()
     tenancy = plane.tenancy.current
     with plane.store.session() as session:
-        assert {w.job_id for w in cache.read(session, tenancy, revision=1)} == set(ids)
-        session.get(Job, ids[0]).backend = "elsewhere"  # as if admitted there and requeued
-        known = {w.job_id: w.flavors for w in cache.read(session, tenancy, revision=1)}
-        assert known[ids[0]] == ("local",)  # a waiting job's workload is not read again...
-        cache.forget(ids[0])  # ...unless admission let it go
-        assert {w.job_id: w.flavors for w in cache.read(session, tenancy, revision=1)}[ids[0]] == ()
-        session.get(Job, ids[1]).phase = Phase.CANCELLED
-        assert {w.job_id for w in cache.read(session, tenancy, revision=1)} == {ids[0], ids[2]}
-        wider = two_desks({"local": 2, "elsewhere": 2}, backends={"elsewhere": "elsewhere"})
-        flavors = {w.job_id: w.flavors for w in cache.read(session, wider, revision=2)}
-        assert flavors == {ids[0]: ("elsewhere",), ids[2]: ("local",)}  # a new tenancy: all read again
+        new, gone = feed.since(session, tenancy, ())  # the first read is a full one
+        assert {w.job_id for w in new} == set(ids) and gone == set()
+        known = set(ids)
+        assert feed.since(session, tenancy, known) == ([], set())  # nothing changed: nothing new, nothing gone
+        job = session.get(Job, ids[1])
+        job.phase = Phase.CANCELLED
+        q.add_event(session, job, kind=EventKind.PHASE, to_phase=Phase.CANCELLED)
+        session.flush()
+        new, gone = feed.since(session, tenancy, known)
+        assert new == [] and gone == {ids[1]}
+        session.get(Job, ids[2]).phase = Phase.FAILED  # a change with no event: only a full read sees it
+        assert feed.since(session, tenancy, known - {ids[1]})[1] == set()
+        assert feed.full(session, tenancy, known - {ids[1]}) == ([], {ids[2]})
         session.rollback()

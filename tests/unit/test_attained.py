@@ -95,7 +95,7 @@ def test_attained_service_accumulates_across_attempts_with_the_gpu_equivalent_we
     ctl = controller(store, tmp_path)
     submit(store)
     with store.session() as s:
-        (waiting,) = usage.PendingWorkloads().read(s, TENANCY, 1)
+        (waiting,), _ = usage.PendingFeed().full(s, TENANCY, ())
     assert (waiting.attained, waiting.queued_at, waiting.time_limit_s) == (0.0, None, 30 * 60)
 
     # attempt 1: the backend's own clock held it 100 s (the control plane saw it start later), preempted
@@ -106,9 +106,10 @@ def test_attained_service_accumulates_across_attempts_with_the_gpu_equivalent_we
     assert job.phase is Phase.PENDING and job.attempts[0].fault is Fault.PREEMPTION
     assert job.attained_gpu_s == pytest.approx(100 * WEIGHT)
 
-    # the waiting job, as the next cycle reads it (admission forgot it when it admitted it)
+    # the waiting job, as the next cycle reads it (admission's engine let it go when it admitted it)
+    assert "cs-1" not in ctl.admission._engine
     with store.session() as s:
-        (waiting,) = ctl.admission._pending.read(s, TENANCY, ctl.tenancy.revision)
+        (waiting,), _ = usage.PendingFeed().full(s, TENANCY, ())
     assert waiting.attained == pytest.approx(100 * WEIGHT)
     assert waiting.queued_at == pytest.approx(job.attempts[0].ended_at.timestamp())
     assert waiting.time_limit_s == 30 * 60
@@ -158,7 +159,7 @@ def test_queued_at_is_the_newest_attempts_end_and_holders_count_only_preemptions
         a.attempts.append(Attempt(number=3, backend="local", state=AttemptState.RUNNING, started_at=t0))
         a.flavor = "gpu"
     with store.session() as s:
-        found = {w.job_id: w for w in usage._workloads(s, TENANCY, ["cs-a", "cs-b"])}
+        found = {w.job_id: w for w in usage._by_ids(s, TENANCY, ["cs-a", "cs-b"])}
         holder = usage.holder_of(s.get(Job, "cs-a"))
     assert found["cs-a"].attained == 1234.5
     assert found["cs-a"].queued_at == (t0 + timedelta(hours=1)).timestamp()  # the running one has no end yet

@@ -1,6 +1,7 @@
-"""Admission, as the controller applies it: one scheduling cycle over the pending jobs
-(`scheduling.cycle.schedule` decides), then admitted jobs get a new attempt (and their
-GPU ids where the backend assigns them), victims get their preemption warning, and why the
+"""Admission, as the controller applies it: one scheduling cycle of the admission engine
+(`scheduling.engine`, which keeps the waiting jobs between cycles, fed what changed), then
+admitted jobs get a new attempt (and their GPU ids where the backend assigns them), victims
+get their preemption warning, and why the
 rest wait is published for the API.
 
 Admission runs when something it decides on changed (a submit, cancel or admin change
@@ -25,7 +26,7 @@ from cellscale_hub.drivers.capabilities import AssignsGpuIds
 from cellscale_hub.metrics import Metrics
 from cellscale_hub.refs import attempt_ref
 from cellscale_hub.scheduling.capacity import allocate
-from cellscale_hub.scheduling.cycle import schedule
+from cellscale_hub.scheduling.engine import Engine
 from cellscale_hub.scheduling.resources import amount_words
 from cellscale_hub.scheduling.types import Admission, Preemption, Reasons
 from cellscale_hub.settings import Settings
@@ -62,7 +63,10 @@ class Admitter:
         self.due = True
         self._inputs: tuple | None = None
         self._admitted_at = 0.0
-        self._pending = usage.PendingWorkloads()
+        self._feed = usage.PendingFeed()
+        self._engine: Engine | None = None  # built on the first cycle, and again on a tenancy change
+        self._engine_revision: int | None = None
+        self._resynced_at = 0.0
 
     def request(self) -> None:
         """Admit in the next cycle: something admission decides on changed."""
@@ -81,20 +85,18 @@ class Admitter:
         now = utcnow()
         self.due, self._admitted_at = False, time.monotonic()
         with self.store.session() as session:
-            pending = self._pending.read(session, tenancy, self.tenancy.revision)
-            if not pending:
+            engine = self._kept(session, tenancy)
+            if not len(engine):
                 self.waiting.publish(Reasons())
                 return []
-            snap = usage.snapshot(
-                session,
-                tenancy,
-                pending,
+            self._sync_holders(session, engine, now.timestamp())
+            decision = engine.cycle(
+                now.timestamp(),
                 capacities if capacities is not None else flavor_capacities(tenancy, self.drivers),
-                now,
-                self.settings.fair_share_half_life_s,
                 self.sites.states(tenancy, self.drivers),
+                usage.budget_spend(session, tenancy, now),
+                usage.history(session, now, self.settings.fair_share_half_life_s, tenancy.resource_weights),
             )
-        decision = schedule(snap)
         self.waiting.publish(decision.pending)
         grants = decision.admit[: self.settings.launches_per_cycle]
         if len(decision.admit) > len(grants):
@@ -116,6 +118,36 @@ class Admitter:
             isolated("warn", backend, partial(self.drivers[backend].warn, ref))
         return launches
 
+    def _kept(self, session, tenancy: Tenancy) -> Engine:
+        """The engine, brought up to date: built in one pass on the first cycle and after a
+        tenancy change; else fed the waiting jobs that changed since the last cycle, with a
+        full diff every admission_interval_s as a safety net."""
+        if self._engine is None or self._engine_revision != self.tenancy.revision:
+            self._engine = Engine(tenancy, self.settings.backfill_depth)
+            self._engine_revision = self.tenancy.revision
+            self._feed = usage.PendingFeed()
+        engine = self._engine
+        resync = time.monotonic() - self._resynced_at > self.settings.admission_interval_s
+        read = self._feed.full if resync else self._feed.since
+        new, gone = read(session, tenancy, engine.waiting_ids())
+        if resync:
+            self._resynced_at = time.monotonic()
+        for job_id in gone:
+            engine.remove(job_id)
+        engine.add_many(new)
+        return engine
+
+    @staticmethod
+    def _sync_holders(session, engine: Engine, now: float) -> None:
+        """The holders, by deltas: re-read each cycle (bounded by the fleet; a checkpoint writes
+        no event), and only those that changed are passed on."""
+        holders = {h.job_id: h for h in usage.holders(session)}
+        for job_id in engine.holders.keys() - holders.keys():
+            engine.release(job_id, now)
+        for job_id, holder in holders.items():
+            if engine.holders.get(job_id) != holder:
+                engine.hold(holder)
+
     def _gpu_ids_in_use(self, session) -> dict[str, list[int]]:
         return {
             name: [g for a in q.active_attempts(session, name) for g in (a.gpu_ids or [])]
@@ -126,8 +158,8 @@ class Admitter:
     def _admit_one(self, session, tenancy: Tenancy, grant: Admission, in_use: dict[str, list[int]]):
         job = session.get(Job, grant.job_id)
         if job is None or job.phase is not Phase.PENDING or job.cancel_requested:
+            self._engine.remove(grant.job_id)  # it left the queue since the feed's read
             return None
-        self._pending.forget(job.id)  # if it comes back to the queue, it may be on another backend
         backend = tenancy.flavors[grant.flavor].backend
         driver = self.drivers[backend]
         gpu_ids: list[int] = []
@@ -136,6 +168,7 @@ class Admitter:
             if len(gpu_ids) < job.gpus:
                 return None  # quota says yes, the machine is still busy: next cycle
             in_use[backend].extend(gpu_ids)
+        self._engine.remove(job.id)  # if it comes back to the queue, it may be on another backend
         job.backend, job.flavor, job.borrowed = backend, grant.flavor, grant.borrowed
         attempt = Attempt(
             job_id=job.id,

@@ -69,6 +69,8 @@ class Line:
     behind: dict[str, dict] = field(default_factory=dict)  # flavor -> the jobs waiting behind its reservation
     may_preempt: int = PREEMPTING_PER_QUEUE
     timed: bool = False  # some job of it has a time limit (may backfill before a reservation)
+    total: Amounts | None = None  # the demand of all its jobs, when the caller keeps it (else summed here)
+    tested: int = 0  # jobs looked at behind its first waiting job (the engine bounds them)
 
     @property
     def job(self) -> Workload:
@@ -98,6 +100,15 @@ class Line:
                 out.append(f)
         return out
 
+    def queued(self, unlisted: Amounts | None) -> Amounts:
+        """The demand of its current job and of every job behind it (`queued_from`)."""
+        if self.total is None:
+            return queued_from(self.jobs, self.at, unlisted)
+        ahead = Amounts()
+        for job in self.jobs[: self.at]:
+            ahead = ahead.plus(job.demand)
+        return (unlisted or Amounts()).plus(self.total).minus(ahead)
+
     def hopeless(self, job: Workload, flavors: list[str]) -> bool:
         """A smaller job of this queue already did not fit on each flavor (usage only grows
         within a cycle): this one cannot either."""
@@ -111,36 +122,41 @@ class Line:
 
 
 def schedule(snap: Snapshot) -> Decision:
-    """One admission cycle over `snap`, by the rules above."""
-    run = _Run(snap)
-    for cq in list(run.lines):
-        if run.waits_anyway(cq):
-            run.next_of(cq)
-    while run.lines:
-        run.step(run.next_queue())
-    return run.decision
+    """One admission cycle over `snap`, by the rules above, from scratch: every queue sorted
+    here. The engine (`scheduling.engine`) keeps them sorted between cycles; this is its oracle."""
+    service = Service(snap.tenancy.ordering, snap.tenancy.resource_weights, snap.now)
+    queues = _queues(snap.pending, service)
+    lines = {cq: Line(jobs, timed=any(j.time_limit_s for j in jobs)) for cq, jobs in queues.items()}
+    return Run(snap, service, lines, held_per_queue(snap.holders)).run()
 
 
-class _Run:
+class Run:
     """One cycle over a snapshot: each queue's `Line`, the usage and fair-share use so far,
     the cycle's state and the decision being built. Its methods are the cycle's steps."""
 
-    def __init__(self, snap: Snapshot) -> None:
+    def __init__(
+        self, snap: Snapshot, service: Service, lines: dict[str, Line], held: dict[tuple[str, str], Amounts]
+    ) -> None:
         t = snap.tenancy
         self.snap = snap
         self.weights = t.resource_weights
-        service = Service(t.ordering, self.weights, snap.now)
-        held = held_per_queue(snap.holders)
         self.usage = Usage(t, {f: capacity_of(c) for f, c in snap.capacity.items()}, held)
         self.tree = FairTree.of(t)
         self.queue_use = dict(snap.history)
         for (cq, _), amounts in held.items():
             self.queue_use[cq] = self.queue_use.get(cq, 0.0) + amounts.weight(self.weights)
-        queues = _queues(snap.pending, service)
-        self.lines = {cq: Line(jobs, timed=any(j.time_limit_s for j in jobs)) for cq, jobs in queues.items()}
+        self.lines = lines
         self.decision = Decision()
         self.cycle = Cycle(service, leaving={h.job_id: h for h in snap.holders if h.preempting})
         self.flavors_of = {cq: _by_kind(t, list(t.cluster_queues[cq].quotas)) for cq in self.lines}
+
+    def run(self) -> Decision:
+        for cq in list(self.lines):
+            if self.waits_anyway(cq):
+                self.next_of(cq)
+        while self.lines:
+            self.step(self.next_queue())
+        return self.decision
 
     def waits_anyway(self, cq: str) -> bool:
         """The queue's current job cannot start now, whatever other queues do (its reason is
@@ -166,21 +182,25 @@ class _Run:
     def next_of(self, cq: str) -> None:
         """On to the queue's next job that may start now; the queue leaves when none is left."""
         line = self.lines[cq]
-        while line.advance():
+        while self.advance(cq, line):
             if not self.waits_anyway(cq):
                 return
         del self.lines[cq]
 
+    def advance(self, cq: str, line: Line) -> bool:
+        """On to the queue's next job; False when none is left (the engine also stops at its
+        backfill bound)."""
+        return line.advance()
+
     def next_queue(self) -> str:
         """The queue whose current job goes next (`_order`)."""
-        lines, usage, tree, service = self.lines, self.usage, self.tree, self.cycle.service
-        node_use = tree.node_usage(self.queue_use)
-        return min(
-            lines,
-            key=lambda c: _order(
-                usage, _flavors(self.flavors_of[c], lines[c].job), lines[c].job, tree.key(c, node_use), service
-            ),
-        )
+        node_use = self.tree.node_usage(self.queue_use)
+        return min(self.lines, key=lambda c: self.order_of(c, node_use))
+
+    def order_of(self, cq: str, node_use: dict[str, float]) -> tuple:
+        line = self.lines[cq]
+        flavors = _flavors(self.flavors_of[cq], line.job)
+        return _order(self.usage, flavors, line.job, self.tree.key(cq, node_use), self.cycle.service)
 
     def step(self, cq: str) -> None:
         """The queue's current job starts on a flavor (at a site, when it has a choice of
@@ -229,7 +249,7 @@ class _Run:
         line.waiting.append(job)
         if usable and usable[0] in snap.sites:  # heads that wait for this site later queue behind its queue
             acc = cycle.waiting_for.setdefault(usable[0], [0, 0, 0])
-            for i, amount in enumerate(queued_from(line.jobs, line.at, snap.unlisted.get(cq))):
+            for i, amount in enumerate(line.queued(snap.unlisted.get(cq))):
                 acc[i] += amount
         for victim in make_room(snap, usage, job, usable, cycle) if usable else ():
             decision.preempt.append(
@@ -326,8 +346,13 @@ def _queues(pending: Iterable[Workload], service: Service) -> dict[str, list[Wor
     for job in pending:
         queues[job.cluster_queue].append(job)
     for jobs in queues.values():
-        jobs.sort(key=lambda j: (-j.priority, service.of_job(j), j.submitted, j.job_id))
+        jobs.sort(key=lambda j: in_queue_order(j, service))
     return queues
+
+
+def in_queue_order(job: Workload, service: Service) -> tuple:
+    """A job's place in its queue: priority, then the least service received, then submit time."""
+    return (-job.priority, service.of_job(job), job.submitted, job.job_id)
 
 
 def _by_kind(t: Tenancy, own: list[str]) -> tuple[list[str], list[str]]:

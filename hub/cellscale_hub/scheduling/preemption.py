@@ -59,7 +59,7 @@ def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle:
                 elif for_service and h.priority == job.priority and cycle.service.victim_for(h, level):
                     out.append(h)  # it received more service and just checkpointed: least service first
         elif (within_nominal or for_service) and (
-            usage.has(q, flavor) and usage.root[q] == usage.root[cq] and usage.borrowing(q, flavor)
+            usage.root.get(q) == usage.root[cq] and usage.is_borrowing(q, flavor)
         ):
             for h in held:
                 if h.preempting or h.job_id in cycle.taken:
@@ -94,7 +94,7 @@ def _fewest(
         if (
             lenders_only
             and victim.cluster_queue != job.cluster_queue
-            and not trial.borrowing(victim.cluster_queue, flavor)
+            and not trial.is_borrowing(victim.cluster_queue, flavor)
         ):
             continue  # that queue is back within its own quota
         chosen.append(victim)

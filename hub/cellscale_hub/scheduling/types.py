@@ -129,8 +129,10 @@ class Reasons(Mapping[str, PendingReason]):
 
     def __init__(self) -> None:
         self.explicit: dict[str, PendingReason] = {}
-        # head, behind, positions, and the wording of a job's reason from its head's (`why.queued`)
-        self._lines: list[tuple[Workload, dict[str, Workload], dict[str, int], Callable]] = []
+        # head, the jobs behind it, the first one's position, the wording of a job's reason from its
+        # head's (`why.queued`); indexed by job id only when a reason is asked (`_line_index`)
+        self._lines: list[tuple[Workload, list[Workload], int, Callable]] = []
+        self._line_index: dict[str, tuple[int, int]] | None = None  # job id -> (line, its place in it)
         self._later: dict[str, tuple[PendingCode, Callable[[], PendingReason]]] = {}  # built when asked
         self._groups: list[tuple[PendingCode, dict[str, tuple[Workload, int]], Callable]] = []  # the same, many
 
@@ -154,8 +156,18 @@ class Reasons(Mapping[str, PendingReason]):
         start: int,
         words: Callable[[PendingReason, Workload, Workload, int], PendingReason],
     ) -> None:
-        jobs = {job.job_id: job for job in behind}
-        self._lines.append((head, jobs, dict(zip(jobs, range(start, start + len(jobs)), strict=True)), words))
+        """`behind` (a list the caller no longer changes) waits in order behind `head`, the first at
+        position `start`: O(1) now, whatever its length; indexed when a reason is first asked."""
+        if behind:
+            self._lines.append((head, behind, start, words))
+            self._line_index = None
+
+    def _in_line(self, job_id: str) -> tuple[int, int] | None:
+        if self._line_index is None:
+            self._line_index = {
+                job.job_id: (n, k) for n, (_, behind, _, _) in enumerate(self._lines) for k, job in enumerate(behind)
+            }
+        return self._line_index.get(job_id)
 
     def __setitem__(self, job_id: str, reason: PendingReason) -> None:
         self.explicit[job_id] = reason
@@ -170,17 +182,18 @@ class Reasons(Mapping[str, PendingReason]):
             if job_id in members:
                 reason = self.explicit[job_id] = build(*members[job_id])
                 return reason
-        for head, jobs, positions, words in self._lines:  # one line per blocked queue: a hundred, not 100k
-            if job_id in jobs:
-                return words(self.explicit[head.job_id], head, jobs[job_id], positions[job_id])
-        raise KeyError(job_id)
+        found = self._in_line(job_id) if self._lines else None
+        if found is None:
+            raise KeyError(job_id)
+        head, behind, start, words = self._lines[found[0]]
+        return words(self[head.job_id], head, behind[found[1]], start + found[1])
 
     def __contains__(self, job_id: object) -> bool:
         return (
             job_id in self.explicit
             or job_id in self._later
             or any(job_id in members for _, members, _ in self._groups)
-            or any(job_id in jobs for _, jobs, _, _ in self._lines)
+            or (bool(self._lines) and self._in_line(job_id) is not None)
         )
 
     def codes(self) -> dict[str, PendingCode]:
@@ -189,8 +202,8 @@ class Reasons(Mapping[str, PendingReason]):
         for code, members, _ in self._groups:
             out.update(dict.fromkeys(members, code))
         out.update({job_id: reason.code for job_id, reason in self.explicit.items()})
-        for _, jobs, _, _ in self._lines:
-            out.update(dict.fromkeys(jobs, PendingCode.Queued))
+        for _, behind, _, _ in self._lines:
+            out.update(dict.fromkeys((job.job_id for job in behind), PendingCode.Queued))
         return out
 
     def __iter__(self) -> Iterator[str]:
@@ -198,13 +211,13 @@ class Reasons(Mapping[str, PendingReason]):
         yield from (job_id for job_id in self._later if job_id not in self.explicit)
         for _, members, _ in self._groups:
             yield from (job_id for job_id in members if job_id not in self.explicit)
-        for _, jobs, _, _ in self._lines:
-            yield from jobs
+        for _, behind, _, _ in self._lines:
+            yield from (job.job_id for job in behind)
 
     def __len__(self) -> int:
         lazy = [*self._later, *(job_id for _, members, _ in self._groups for job_id in members)]
         built = sum(1 for job_id in lazy if job_id in self.explicit)
-        return len(self.explicit) + len(lazy) - built + sum(len(jobs) for _, jobs, _, _ in self._lines)
+        return len(self.explicit) + len(lazy) - built + sum(len(behind) for _, behind, _, _ in self._lines)
 
 
 @dataclass

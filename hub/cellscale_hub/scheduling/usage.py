@@ -51,6 +51,7 @@ class Usage:
                 *(q.nominal - q.lendable if q is not None else UNLIMITED for q in quotas)
             )
         self.in_pool: dict[tuple[str, str], Amounts] = defaultdict(Amounts)  # (tree root, flavor) -> used from it
+        self.borrowers: dict[tuple[str, str], set[str]] = {}  # (tree root, flavor) -> queues beyond nominal there
         for (cq, flavor), amounts in held.items():
             self.add(cq, flavor, amounts)
 
@@ -68,6 +69,16 @@ class Usage:
         after = self.used[cq, flavor] = before.plus(demand)
         key = self.root[cq], flavor
         self.in_pool[key] = self.in_pool[key].plus(_pooled(before, after, private))
+        quotas = self.quotas[cq, flavor]
+        if any(q is not None and after[i] > q.nominal for i, q in enumerate(quotas)):
+            self.borrowers.setdefault(key, set()).add(cq)
+        elif cq in self.borrowers.get(key, ()):
+            self.borrowers[key].discard(cq)
+
+    def is_borrowing(self, cq: str, flavor: str) -> bool:
+        """The queue uses some resource beyond its nominal quota on the flavor (`borrowing`, kept
+        by `add` so a victim search asks it of every queue at no cost)."""
+        return cq in self.borrowers.get((self.root.get(cq), flavor), ())
 
     def borrowed(self, cq: str, flavor: str, i: int = 0) -> int:
         """How much of resource `i` (GPUs by default) the queue uses beyond its nominal quota."""
@@ -117,6 +128,7 @@ class Usage:
         copy.quotas, copy.private = self.quotas, self.private
         copy.used, copy.physical = defaultdict(Amounts, self.used), defaultdict(Amounts, self.physical)
         copy.in_pool = defaultdict(Amounts, self.in_pool)
+        copy.borrowers = {key: set(queues) for key, queues in self.borrowers.items()}
         for v in victims:
             copy.add(v.cluster_queue, v.flavor, Amounts().minus(v.demand))
         return copy

@@ -5,10 +5,10 @@ admins see."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
 from cellscale.spec import FlavorUsage, QueueUsage
@@ -18,7 +18,7 @@ from cellscale_hub.scheduling.placement import SiteState, Spend
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.store import totals
-from cellscale_hub.store.models import Attempt, Job, LedgerHour, LedgerRow, QueueTotal
+from cellscale_hub.store.models import Attempt, Event, Job, LedgerHour, LedgerRow, QueueTotal
 from cellscale_hub.tenancy import ResourceWeights, Tenancy
 
 HISTORY_HALF_LIVES = 8  # older use weighs under 0.4%: not worth reading
@@ -150,48 +150,74 @@ def _ledger_spend(
     return {tenant: (usd, gpu_s) for tenant, (usd, gpu_s) in spent.items()}
 
 
-class PendingWorkloads:
-    """The waiting jobs as admission sees them, kept between cycles. A cycle reads only the
-    ids of the waiting jobs (from the phase index) and loads the columns of those it has
-    not seen, so a queue of 100k costs one narrow read, not 100k rows of Python. A job's
-    workload does not change while it waits (its attained service and queued_at change only
-    when an attempt ends, i.e. after it was admitted); one that is admitted is forgotten (it
-    may come back on another backend, with more service), and a new tenancy revision reloads
-    them all (flavors)."""
+class PendingFeed:
+    """What changed among the waiting jobs since the last read, for the admission engine, which
+    keeps them (`scheduling.engine`). A full read (on start, after a tenancy change, and every
+    resync as a safety net) takes the ids of all waiting jobs from the phase index in one query
+    and loads the columns of the new ones in one more; between them, a read looks only at the
+    jobs with an event since the last one it saw (a submit, a cancel, a phase change all write
+    one), so its cost follows what changed, not what waits. Event ids may commit out of order
+    on PostgreSQL (concurrent writers): each read looks `MARGIN` ids back, and the resync
+    catches anything older. A job's workload does not change while it waits (its attained
+    service and queued_at change only when an attempt ends, i.e. after it was admitted)."""
 
-    BATCH = 500  # ids per IN list
+    MARGIN = 1000  # event ids re-read behind the newest seen
 
     def __init__(self) -> None:
-        self._known: dict[str, Workload] = {}
-        self._revision: int | None = None
+        self._last_event: int | None = None
 
-    def forget(self, job_id: str) -> None:
-        self._known.pop(job_id, None)
+    def full(self, session: Session, tenancy: Tenancy, known: Collection[str]) -> tuple[list[Workload], set[str]]:
+        """(new waiting jobs, ids no longer waiting), against `known`, from every waiting job."""
+        self._last_event = session.scalar(select(func.max(Event.id))) or 0
+        if not known:  # a start: every waiting job in one pass, one query per table
+            return _workloads(session, tenancy, _WAITING), set()
+        waiting = set(session.scalars(select(Job.id).where(_WAITING)))
+        return _by_ids(session, tenancy, waiting - set(known)), set(known) - waiting
 
-    def read(self, session: Session, tenancy: Tenancy, revision: int) -> list[Workload]:
-        if revision != self._revision:
-            self._known, self._revision = {}, revision
-        waiting = set(
-            session.scalars(select(Job.id).where(Job.phase == Phase.PENDING, Job.cancel_requested.is_(False)))
-        )
-        for gone in self._known.keys() - waiting:
-            del self._known[gone]
-        new = sorted(waiting - self._known.keys())
-        for start in range(0, len(new), self.BATCH):
-            for workload in _workloads(session, tenancy, new[start : start + self.BATCH]):
-                self._known[workload.job_id] = workload
-        return list(self._known.values())
+    def since(self, session: Session, tenancy: Tenancy, known: Collection[str]) -> tuple[list[Workload], set[str]]:
+        """The same, from the jobs with an event since the last read only."""
+        if self._last_event is None:
+            return self.full(session, tenancy, known)
+        newest = session.scalar(select(func.max(Event.id))) or 0
+        touched = set(session.scalars(select(Event.job_id).where(Event.id > self._last_event - self.MARGIN).distinct()))
+        self._last_event = max(self._last_event, newest)
+        if not touched:
+            return [], set()
+        ids = sorted(touched)
+        waiting = {
+            job_id
+            for start in range(0, len(ids), BATCH)
+            for job_id in session.scalars(select(Job.id).where(Job.id.in_(ids[start : start + BATCH]), _WAITING))
+        }
+        new = {job_id for job_id in waiting if job_id not in known}
+        gone = {job_id for job_id in touched - waiting if job_id in known}
+        return _by_ids(session, tenancy, new), gone
 
 
-def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workload]:
+BATCH = 500  # ids per IN list (SQLite binds at most 32766 parameters a statement)
+_WAITING = (Job.phase == Phase.PENDING) & Job.cancel_requested.is_(False)
+
+
+def _by_ids(session: Session, tenancy: Tenancy, ids: Collection[str]) -> list[Workload]:
+    ids = sorted(ids)
+    return [
+        workload
+        for start in range(0, len(ids), BATCH)
+        for workload in _workloads(session, tenancy, Job.id.in_(ids[start : start + BATCH]))
+    ]
+
+
+def _workloads(session: Session, tenancy: Tenancy, which: ColumnElement[bool]) -> list[Workload]:
     """A job may use its queue's flavors on the backend its spec was shaped for, or, with a
     choice of sites (`jobs.placement`), on each of those backends; it reads its datasets and
     its newest checkpoint where they are. Its attained service (ended attempts) and when it
     last joined the queue (its newest attempt's end; none: when submitted) do not change while
-    it waits, so PendingWorkloads may keep them."""
+    it waits, so the engine may keep them. `which`: the jobs, as a condition on Job (one query
+    per table, however many jobs)."""
     requeued = (
         select(Attempt.job_id, func.max(Attempt.ended_at).label("ended_at"))
-        .where(Attempt.job_id.in_(ids))
+        .join(Job, Job.id == Attempt.job_id)
+        .where(which)
         .group_by(Attempt.job_id)
         .subquery()
     )
@@ -212,10 +238,10 @@ def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workl
             requeued.c.ended_at.label("queued_at"),
         )
         .outerjoin(requeued, requeued.c.job_id == Job.id)
-        .where(Job.id.in_(ids))
+        .where(which)
     )
     flavors: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
-    checkpoints = _newest_checkpoints(session, tenancy, ids)
+    checkpoints = _newest_checkpoints(session, tenancy, which)
     out = []
     for row in session.execute(query):
         if row.cluster_queue not in tenancy.cluster_queues:
@@ -251,14 +277,15 @@ def _workloads(session: Session, tenancy: Tenancy, ids: list[str]) -> list[Workl
     return out
 
 
-def _newest_checkpoints(session: Session, tenancy: Tenancy, ids: list[str]) -> dict[str, tuple[str, float]]:
+def _newest_checkpoints(session: Session, tenancy: Tenancy, which: ColumnElement[bool]) -> dict[str, tuple[str, float]]:
     """(site, GB) of each job's newest checkpoint, for jobs that have one at a site."""
     site_of = {spec.backend: spec.site for spec in tenancy.flavors.values() if spec.site is not None}
     if not site_of:
         return {}
     query = (
         select(Attempt.job_id, Attempt.backend, Attempt.checkpoint_bytes)
-        .where(Attempt.job_id.in_(ids), Attempt.checkpoint_bytes.is_not(None))
+        .join(Job, Job.id == Attempt.job_id)
+        .where(which, Attempt.checkpoint_bytes.is_not(None))
         .order_by(Attempt.number)
     )
     found = {}
