@@ -18,7 +18,7 @@ from cellscale_hub.scheduling.placement import SiteState, Spend
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.store import totals
-from cellscale_hub.store.models import Attempt, Event, Job, LedgerHour, LedgerRow, QueueTotal
+from cellscale_hub.store.models import Attempt, Event, Job, LedgerHour, LedgerRow, QueueTotal, epoch_seconds
 from cellscale_hub.tenancy import ResourceWeights, Tenancy
 
 HISTORY_HALF_LIVES = 8  # older use weighs under 0.4%: not worth reading
@@ -215,7 +215,7 @@ def _workloads(session: Session, tenancy: Tenancy, which: ColumnElement[bool]) -
     it waits, so the engine may keep them. `which`: the jobs, as a condition on Job (one query
     per table, however many jobs)."""
     requeued = (
-        select(Attempt.job_id, func.max(Attempt.ended_at).label("ended_at"))
+        select(Attempt.job_id, epoch_seconds(func.max(Attempt.ended_at)).label("ended_at"))
         .join(Job, Job.id == Attempt.job_id)
         .where(which)
         .group_by(Attempt.job_id)
@@ -227,51 +227,66 @@ def _workloads(session: Session, tenancy: Tenancy, which: ColumnElement[bool]) -
             Job.cluster_queue,
             Job.gpus,
             Job.priority,
-            Job.created_at,
+            epoch_seconds(Job.created_at),
             Job.backend,
             Job.tenant,
             Job.cpus,
             Job.memory_mb,
             Job.placement,
             Job.attained_gpu_s,
-            Job.spec_json[("resources", "timeout_min")].as_float().label("timeout_min"),
-            requeued.c.ended_at.label("queued_at"),
+            Job.spec_json[("resources", "timeout_min")].as_float(),
+            requeued.c.ended_at,
         )
         .outerjoin(requeued, requeued.c.job_id == Job.id)
         .where(which)
     )
     flavors: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
     checkpoints = _newest_checkpoints(session, tenancy, which)
+    queues = tenancy.cluster_queues
     out = []
-    for row in session.execute(query):
-        if row.cluster_queue not in tenancy.cluster_queues:
+    # Core rows, not ORM ones, and times as epoch seconds from the database: a restart reads
+    # every waiting job here, 100k of them in one pass
+    for (
+        job_id,
+        cq,
+        gpus,
+        priority,
+        created,
+        backend,
+        tenant,
+        cpus,
+        memory,
+        placement,
+        attained,
+        timeout,
+        queued,
+    ) in session.connection().execute(query):
+        if cq not in queues:
             continue  # its queue was removed: it waits until an admin restores it (reason set at submit)
-        placement = row.placement or {}
-        backends = tuple(placement.get("backends") or (row.backend,))
-        key = (row.cluster_queue, backends)
+        placement = placement or {}
+        backends = tuple(placement.get("backends") or (backend,))
+        key = (cq, backends)
         if key not in flavors:
-            flavors[key] = tuple(
-                f for f in tenancy.flavors_for(row.cluster_queue) if tenancy.flavors[f].backend in backends
-            )
+            flavors[key] = tuple(f for f in tenancy.flavors_for(cq) if tenancy.flavors[f].backend in backends)
         data = tuple((site, float(gb)) for site, gb in placement.get("data", ()))
-        if row.id in checkpoints:
-            data += (checkpoints[row.id],)
+        if job_id in checkpoints:
+            data += (checkpoints[job_id],)
         out.append(
             Workload(
-                row.id,
-                row.cluster_queue,
-                row.gpus,
-                row.priority,
-                row.created_at.timestamp(),
+                job_id,
+                cq,
+                gpus,
+                priority,
+                created,
                 flavors[key],
-                row.tenant,
-                row.cpus,
-                row.memory_mb,
+                tenant,
+                cpus,
+                memory,
                 data,
                 float(placement.get("runtime_s", 3600.0)),
-                attained=row.attained_gpu_s,
-                queued_at=row.queued_at.timestamp() if row.queued_at else None,
-                time_limit_s=(row.timeout_min or DEFAULT_TIMEOUT_MIN) * 60,
+                attained,
+                queued,
+                (timeout or DEFAULT_TIMEOUT_MIN) * 60,
             )
         )
     return out
