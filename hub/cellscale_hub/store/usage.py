@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy import ColumnElement, Select, func, or_, select
 from sqlalchemy.orm import Session
 
 from cellscale.spec import FlavorUsage, QueueUsage
@@ -214,32 +214,7 @@ def _workloads(session: Session, tenancy: Tenancy, which: ColumnElement[bool]) -
     last joined the queue (its newest attempt's end; none: when submitted) do not change while
     it waits, so the engine may keep them. `which`: the jobs, as a condition on Job (one query
     per table, however many jobs)."""
-    requeued = (
-        select(Attempt.job_id, epoch_seconds(func.max(Attempt.ended_at)).label("ended_at"))
-        .join(Job, Job.id == Attempt.job_id)
-        .where(which)
-        .group_by(Attempt.job_id)
-        .subquery()
-    )
-    query = (
-        select(
-            Job.id,
-            Job.cluster_queue,
-            Job.gpus,
-            Job.priority,
-            epoch_seconds(Job.created_at),
-            Job.backend,
-            Job.tenant,
-            Job.cpus,
-            Job.memory_mb,
-            Job.placement,
-            Job.attained_gpu_s,
-            Job.spec_json[("resources", "timeout_min")].as_float(),
-            requeued.c.ended_at,
-        )
-        .outerjoin(requeued, requeued.c.job_id == Job.id)
-        .where(which)
-    )
+    query = _waiting_rows(which)
     flavors: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
     checkpoints = _newest_checkpoints(session, tenancy, which)
     queues = tenancy.cluster_queues
@@ -290,6 +265,36 @@ def _workloads(session: Session, tenancy: Tenancy, which: ColumnElement[bool]) -
             )
         )
     return out
+
+
+def _waiting_rows(which: ColumnElement[bool]) -> Select:
+    """One row per job of `which`: the columns a Workload needs, times as epoch seconds."""
+    requeued = (
+        select(Attempt.job_id, epoch_seconds(func.max(Attempt.ended_at)).label("ended_at"))
+        .join(Job, Job.id == Attempt.job_id)
+        .where(which)
+        .group_by(Attempt.job_id)
+        .subquery()
+    )
+    return (
+        select(
+            Job.id,
+            Job.cluster_queue,
+            Job.gpus,
+            Job.priority,
+            epoch_seconds(Job.created_at),
+            Job.backend,
+            Job.tenant,
+            Job.cpus,
+            Job.memory_mb,
+            Job.placement,
+            Job.attained_gpu_s,
+            Job.spec_json[("resources", "timeout_min")].as_float(),
+            requeued.c.ended_at,
+        )
+        .outerjoin(requeued, requeued.c.job_id == Job.id)
+        .where(which)
+    )
 
 
 def _newest_checkpoints(session: Session, tenancy: Tenancy, which: ColumnElement[bool]) -> dict[str, tuple[str, float]]:
