@@ -45,6 +45,7 @@ from dataclasses import replace
 from _common import median, percentile, print_table, ratio, scheduling_digest, write_results
 
 from cellscale_hub.scheduling.cycle import schedule
+from cellscale_hub.scheduling.engine import BACKFILL_DEPTH, Engine
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
@@ -206,6 +207,144 @@ def with_cpus_and_memory(snap: Snapshot) -> Snapshot:
     )
 
 
+def timed(snap: Snapshot, seed: int = 11) -> Snapshot:
+    """The same snapshot with every waiting job carrying a time limit (10 min to 24 h), as in
+    production, where a job without --time has its desk's default: backfill looks behind heads."""
+    rng = random.Random(seed)
+    limits = [600.0, 3600.0, 4 * 3600.0, 24 * 3600.0]
+    return replace(snap, pending=tuple(replace(w, time_limit_s=rng.choice(limits)) for w in snap.pending))
+
+
+def kept_engine(snap: Snapshot, depth: int | None) -> tuple[Engine, float]:
+    """An engine holding the snapshot's waiting jobs and holders, and the seconds its one-pass
+    build took (a restart's)."""
+    engine = Engine(snap.tenancy, backfill_depth=depth)
+    t0 = time.perf_counter()
+    engine.add_many(list(snap.pending))
+    for h in snap.holders:
+        engine.hold(h)
+    return engine, time.perf_counter() - t0
+
+
+def measure_engine(snap: Snapshot, reps: int, depth: int | None, oracle) -> dict:
+    """Cycles of the engine over the same state (nothing changed between them: the cost of a
+    cycle after a submit that changes no head), and whether it decided what the oracle did."""
+    engine, build = kept_engine(snap, depth)
+    times = []
+    for _ in range(reps):
+        gc.collect()
+        t0 = time.perf_counter()
+        decision = engine.cycle(snap.now, dict(snap.capacity), history=dict(snap.history))
+        times.append(time.perf_counter() - t0)
+    decisions = len(decision.admit) + len(decision.pending)
+    assert decisions == len(snap.pending), "every pending job is admitted or given a reason"
+    cycle = median(times)
+    return {
+        "backfill_depth": depth,
+        "build_s": build,
+        "cycle_median_s": cycle,
+        "cycle_p95_s": percentile(times, 95),
+        "decisions_per_s": decisions / cycle,
+        "admitted": len(decision.admit),
+        "preempted": len(decision.preempt),
+        "same_admissions_as_oracle": decision.admit == oracle.admit,
+        "same_preemptions_as_oracle": decision.preempt == oracle.preempt,
+        "admissions_not_in_oracle": len({a.job_id for a in decision.admit} - {a.job_id for a in oracle.admit}),
+    }
+
+
+def churn(snap: Snapshot, rounds: int, depth: int | None, oracle: bool = False) -> dict:
+    """Sustained admission: each round the 8 oldest holders end (their GPUs free), one cycle
+    runs, and what it admits starts (removed from the queue, held). Admissions per second of
+    cycle time, with the engine (state kept) or the oracle (a snapshot of everything each round)."""
+    engine, _ = kept_engine(snap, depth)
+    pending = {w.job_id: w for w in snap.pending}
+    holders = dict(engine.holders)
+    now, spent, admitted = snap.now, 0.0, 0
+    for _ in range(rounds):
+        for h in sorted(holders.values(), key=lambda h: (h.started or 0.0, h.job_id))[:8]:
+            del holders[h.job_id]
+            engine.release(h.job_id, now)
+        t0 = time.perf_counter()
+        if oracle:
+            state = replace(snap, holders=tuple(holders.values()), pending=tuple(pending.values()), now=now)
+            decision = schedule(state)
+        else:
+            decision = engine.cycle(now, dict(snap.capacity), history=dict(snap.history))
+        spent += time.perf_counter() - t0
+        for a in decision.admit:
+            w = pending.pop(a.job_id)
+            holders[a.job_id] = Holder(w.job_id, w.cluster_queue, a.flavor, w.gpus, w.priority, now, tenant=w.tenant)
+            t0 = time.perf_counter()
+            engine.remove(a.job_id)  # the engine's bookkeeping is its cost
+            engine.hold(holders[a.job_id])
+            spent += 0.0 if oracle else time.perf_counter() - t0
+        admitted += len(decision.admit)
+        now += 60.0
+    return {"rounds": rounds, "admitted": admitted, "cycle_s": spent, "admissions_per_s": admitted / spent}
+
+
+def compare_engines(ours: Snapshot, reps: int, rounds: int) -> dict:
+    """The oracle against the engine (exact: no backfill bound; and production's bound), on the
+    snapshot as built and with every job timed; and sustained admission, side by side."""
+    out = {}
+    for shape, snap in (("untimed", ours), ("timed", timed(ours))):
+        oracle = measure(snap, reps)
+        decision = schedule(snap)
+        out[shape] = {
+            "oracle": oracle,
+            "engine_exact": measure_engine(snap, reps, None, decision),
+            "engine_bounded": measure_engine(snap, reps, BACKFILL_DEPTH, decision),
+        }
+        assert out[shape]["engine_exact"]["same_admissions_as_oracle"], "no bound: the oracle's decisions"
+    timed_snap = timed(ours)
+    out["churn"] = {
+        "oracle": churn(timed_snap, max(3, rounds // 20), BACKFILL_DEPTH, oracle=True),
+        "engine_bounded": churn(timed_snap, rounds, BACKFILL_DEPTH),
+    }
+    return out
+
+
+def report_engines(engines: dict) -> None:
+    rows = []
+    for n, by_shape in engines.items():
+        for shape in ("untimed", "timed"):
+            e = by_shape[shape]
+            o, x, b = e["oracle"], e["engine_exact"], e["engine_bounded"]
+            rows.append(
+                [
+                    f"{int(n):,}",
+                    shape,
+                    o["cycle_median_s"],
+                    x["cycle_median_s"],
+                    b["cycle_median_s"],
+                    ratio(o["cycle_median_s"], b["cycle_median_s"]),
+                    f"{b['decisions_per_s']:,.0f}",
+                    x["same_admissions_as_oracle"] and x["same_preemptions_as_oracle"],
+                    b["admissions_not_in_oracle"],
+                    x["build_s"],
+                ]
+            )
+    print("\nThe oracle (from scratch) against the engine (kept state): one cycle, median seconds")
+    print_table(
+        ["pending", "jobs", "oracle", "exact", "bf=100", "oracle/bf", "dec/s bf", "exact=", "bf diff", "build"],
+        rows,
+    )
+    print("\nSustained admission (timed jobs; 8 holders end per round): admissions per second of cycle time")
+    print_table(
+        ["pending", "oracle adm/s", "engine adm/s", "engine/oracle"],
+        [
+            [
+                f"{int(n):,}",
+                f"{e['churn']['oracle']['admissions_per_s']:,.0f}",
+                f"{e['churn']['engine_bounded']['admissions_per_s']:,.0f}",
+                ratio(e["churn"]["engine_bounded"]["admissions_per_s"], e["churn"]["oracle"]["admissions_per_s"]),
+            ]
+            for n, e in engines.items()
+        ],
+    )
+
+
 def measure(snap: Snapshot, reps: int) -> dict:
     times = []
     for _ in range(reps):
@@ -237,11 +376,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer cycles per size")
     parser.add_argument("--sizes", default="1000,10000,100000", help="pending jobs per snapshot, comma-separated")
+    parser.add_argument("--churn-rounds", type=int, default=200, help="rounds of the sustained-admission run")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     reps = QUICK_REPS if args.quick else REPS
 
     results: dict[str, dict] = {"cellscale": {}, "fifo": {}, "cellscale, three resources": {}}
+    engines: dict[str, dict] = {}
     t_start = time.perf_counter()
     for n in sizes:
         ours, fifo = snapshots(n)
@@ -252,6 +393,7 @@ def main() -> None:
         three = measure(with_cpus_and_memory(ours), r)
         assert three["admitted"] == results["cellscale"][str(n)]["admitted"], "the same decisions over three resources"
         results["cellscale, three resources"][str(n)] = three
+        engines[str(n)] = compare_engines(ours, r, args.churn_rounds)
 
     rows = []
     for n in sizes:
@@ -322,6 +464,7 @@ def main() -> None:
             for n in sizes
         ],
     )
+    report_engines(engines)
     wall = time.perf_counter() - t_start
     print(f"\nwall time {wall:.0f} s")
     write_results(
@@ -344,6 +487,7 @@ def main() -> None:
             "ratio_three_resources_gpus_only_cycle": three_ratios,
             "three_resources": {"cores_per_gpu": CORES_PER_GPU, "mib_per_gpu": MIB_PER_GPU},
             "scaling": scaling,
+            "engine": engines,
             "wall_s": wall,
         },
     )

@@ -47,8 +47,14 @@ changed since the last one (GPUs freed, a queue got a head, or a spend period st
 Admitted at a site away from a dataset or checkpoint: the job holds its GPUs while its data
 moves (the largest item / the source's bandwidth; bytes counted, egress paid), then runs; on
 the cloud it also holds them through the boot. A preempted job leaves after 30 s and keeps
-the work up to its last checkpoint. Only the first K jobs of each queue go to `schedule()`,
-as in trace_replay, with the GPUs of the rest of each queue (`Snapshot.unlisted`). Cloud
+the work up to its last checkpoint. Every policy decides through the admission engine
+(`scheduling.engine`, fed each arrival, admission, checkpoint, preemption and end; its memory
+is the fair-share history), backfill bounded as in production (`--backfill-depth`, 100;
+`none`: every job every cycle); the first-fit baselines assign sites to the first K jobs of
+each queue per pass (redone with K x 4 when a queue's K were all admitted). `--engine oracle`
+decides instead with `schedule()` over the first K jobs of each queue, the GPUs of the rest as
+`Snapshot.unlisted` (the desks' order is submit order, so the first K are its heads), from
+the same history; the decisions' digest compares the two. Cloud
 spend is charged by the second to the periods it falls in; the snapshot's `Spend` is the
 period's bill so far plus the expected rest of the running cloud jobs (estimate + tail).
 
@@ -102,7 +108,7 @@ from _common import RESULTS, percentile, print_table, ratio, scheduling_digest, 
 from trace_replay import TRACE, largest_remainder, load_trace
 
 from cellscale_hub.scheduling.cycle import schedule
-from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
+from cellscale_hub.scheduling.engine import BACKFILL_DEPTH, Engine
 from cellscale_hub.scheduling.offers import site_offers
 from cellscale_hub.scheduling.placement import SiteState, Spend
 from cellscale_hub.scheduling.resources import Amounts, capacity_of
@@ -273,6 +279,8 @@ class FleetSim:
     cfg: FleetConfig
     budgets: dict[str, float]
     first_k: int = FIRST_K
+    engine_mode: str = "kept"  # kept: the admission engine decides; oracle: schedule() over a snapshot
+    backfill_depth: int | None = BACKFILL_DEPTH
     measured_from: float = 0.0  # the metrics are over the jobs submitted from then on (after a warm-up)
     cycle_s: list[float] = field(default_factory=list)
 
@@ -295,8 +303,10 @@ class FleetSim:
         self.pending: dict[str, list[int]] = {q: [] for q in self.queues}
         self.holders: dict[int, Holder] = {}
         self.events: list[tuple[float, int, int, int]] = []
-        self.held_cq, self.held_f = Counter(), Counter()
-        self.decayed, self.decayed_t = Counter(), defaultdict(float)
+        self.held_f = Counter()
+        self.unchosen: list[int] = []  # slurm-M: jobs not sent to a cluster yet
+        # the admission engine, fed every change; its memory is the history of both modes
+        self.engine = Engine(self.tenancy, self.backfill_depth, self.cfg.half_life_s)
         self.desk_done, self.desk_sum = Counter(), Counter()
         self.now = 0.0
         self.arrived = 0  # jobs[:arrived] have been submitted
@@ -333,16 +343,6 @@ class FleetSim:
             f"j{i:07d}", j.desk, j.gpus, 0, j.submit, flavors, j.desk, data=self.data(i), runtime_s=self.est[i]
         )
 
-    def bring(self, q: str, t: float) -> None:
-        """Fair-share history of queue q up to t (lazily, when its holdings change or a cycle reads it)."""
-        last = self.decayed_t[q]
-        if t > last:
-            hl = self.cfg.half_life_s
-            self.decayed[q] = self.decayed[q] * 2.0 ** (-(t - last) / hl) + decayed_gpu_seconds(
-                self.held_cq[q], last, t, t, hl
-            )
-            self.decayed_t[q] = t
-
     def bill(self, desk: str, gpus: int, start: float, end: float) -> float:
         """Cloud dollars for gpus from start to end, charged to the periods they fall in."""
         rate = gpus * self.cfg.cloud_usd / HOUR
@@ -376,14 +376,18 @@ class FleetSim:
         mean = self.desk_sum[desk] / self.desk_done[desk] if self.desk_done[desk] else PRIOR_RUNTIME_S
         self.est[i] = max(MIN_RUNTIME_S, mean)
         self.workloads[i] = self.workload(i)
+        if self.policy == "slurm-M":
+            self.unchosen.append(i)  # sent to a cluster at the next cycle
         lst = self.pending[desk]
         lst.append(i)
+        self.engine.add(self.workloads[i])
         return len(lst) == 1
 
     def admit(self, i: int, flavor: str, t: float) -> None:
         j = self.jobs[i]
         lst = self.pending[j.desk]
         lst.pop(bisect.bisect_left(lst, i))
+        self.engine.remove(f"j{i:07d}")
         moving = [(home, gb) for home, gb in self.data(i) if home != flavor]
         move_s = max((gb / self.site[home].bandwidth_gb_s for home, gb in moving), default=0.0)
         self.decisions.append((i, t, flavor))
@@ -394,8 +398,6 @@ class FleetSim:
         ready = t + boot + move_s
         ends_by = ready + self.est[i]
         self.stint[i] = (flavor, t, ready, ends_by)
-        self.bring(j.desk, t)
-        self.held_cq[j.desk] += j.gpus
         self.held_f[flavor] += j.gpus
         if self.held_f[flavor] > self.capacity[flavor]:
             raise AssertionError(f"{flavor}: {self.held_f[flavor]} GPUs held > {self.capacity[flavor]}")
@@ -403,6 +405,7 @@ class FleetSim:
         if self.first_start[i] is None:
             self.first_start[i] = t
         self.holders[i] = Holder(f"j{i:07d}", j.desk, flavor, j.gpus, 0, t, None, ends_by, False, j.desk)
+        self.engine.hold(self.holders[i])
         heapq.heappush(self.events, (ready + self.remaining[i], DONE, i, self.gen[i]))
         heapq.heappush(self.events, (min(ready + self.cfg.checkpoint_s, ends_by), MARK, i, self.gen[i]))
 
@@ -410,8 +413,7 @@ class FleetSim:
         flavor, admitted, ready, _ = self.stint.pop(i)
         j = self.jobs[i]
         del self.holders[i]
-        self.bring(j.desk, t)
-        self.held_cq[j.desk] -= j.gpus
+        self.engine.release(f"j{i:07d}", t)
         self.held_f[flavor] -= j.gpus
         self.used_gpu_s[flavor] += j.gpus * (t - admitted)
         if flavor == BURST:
@@ -431,6 +433,7 @@ class FleetSim:
 
     def preempt(self, i: int, t: float) -> None:
         self.holders[i] = replace(self.holders[i], preempting=True)
+        self.engine.hold(self.holders[i])
         self.preempted[i] += 1
         self.decisions.append((i, t, "preempt"))
         heapq.heappush(self.events, (t + self.cfg.grace_s, EXIT, i, self.gen[i]))
@@ -445,6 +448,7 @@ class FleetSim:
             self.ckpt_site[i] = flavor
         self.workloads[i] = self.workload(i)
         bisect.insort(self.pending[self.jobs[i].desk], i)
+        self.engine.add(self.workloads[i])
 
     def mark(self, i: int, t: float) -> None:
         """A checkpoint passed, or the job outlived its expected end: renew its Holder."""
@@ -458,6 +462,7 @@ class FleetSim:
         while ready + (n + 1) * every <= t:  # float rounding at a checkpoint's own time
             n += 1
         self.holders[i] = replace(h, last_checkpoint=ready + n * every if n else None, ends_by=ends_by)
+        self.engine.hold(self.holders[i])
         nxt = ready + (n + 1) * every
         heapq.heappush(self.events, (min(nxt, ends_by), MARK, i, self.gen[i]))
 
@@ -483,6 +488,7 @@ class FleetSim:
             if fits is not None:
                 usage.add(w.cluster_queue, fits, w.demand)
             self.workloads[i] = self.workload(i)
+            self.engine.add(self.workloads[i])
 
     def order_of(self, i: int) -> tuple[str, ...]:
         if self.policy == "multikueue":  # the race: a per-job order, seeded by the job
@@ -505,6 +511,7 @@ class FleetSim:
             flavors = (f,) if f is not None else None
             if w.flavors != flavors:
                 self.workloads[i] = replace(w, flavors=flavors)
+                self.engine.add(self.workloads[i])
 
     # -- one scheduling cycle --------------------------------------------------------------
     def cycle(self, t: float) -> None:
@@ -513,43 +520,13 @@ class FleetSim:
         for a core)."""
         c0 = time.process_time()
         self.cycles += 1
-        for q in self.queues:
-            self.bring(q, t)
-        hl = self.cfg.half_life_s
-        history = {q: average_gpus(d, hl) for q, d in self.decayed.items()}
         spend = self.spends(t) if self.policy == "sites" else {}
-        holders = tuple(self.holders.values())
-        if self.policy == "slurm-M":
-            new = [i for lst in self.pending.values() for i in lst if self.chosen[i] is None]
-            if new:
-                self.slurm_choose(t, holders, new)
+        holders = tuple(self.holders.values()) if self.policy in FIRST_FIT or self.policy == "slurm-M" else ()
+        if self.policy == "slurm-M" and self.unchosen:
+            self.slurm_choose(t, holders, self.unchosen)
+            self.unchosen = []
         for _ in range(MAX_RERUNS):
-            k = self.first_k
-            while True:
-                ids, cut, unlisted = [], [], {}
-                for q, lst in self.pending.items():
-                    if lst:
-                        ids.extend(lst[:k])
-                        if len(lst) > k:
-                            cut.append(q)
-                            unlisted[q] = Amounts(sum(self.jobs[i].gpus for i in lst[k:]))
-                if self.policy in FIRST_FIT:
-                    self.first_fit(holders, ids)
-                pending = [self.workloads[i] for i in ids]
-                t0 = time.process_time()
-                snap = Snapshot(
-                    self.tenancy, self.capacity, holders, tuple(pending), history, t, self.site_states, spend, unlisted
-                )
-                decision = schedule(snap)
-                self.schedule_s += time.process_time() - t0
-                self.schedule_calls += 1
-                if cut:
-                    per_queue = Counter(self.jobs[int(a.job_id[1:])].desk for a in decision.admit)
-                    if any(per_queue[q] >= k for q in cut):
-                        k *= 4
-                        self.redone += 1
-                        continue
-                break
+            decision = self.decide(t, holders, spend)
             for p in decision.preempt:
                 self.preempt(int(p.job_id[1:]), t)
             ids = Counter(a.job_id for a in decision.admit)
@@ -563,10 +540,55 @@ class FleetSim:
                 for r in decision.pending.explicit.values()
             ):
                 break
-            holders = tuple(self.holders.values())
+            holders = tuple(self.holders.values()) if self.policy in FIRST_FIT else ()
             if self.policy == "sites":
                 spend = self.spends(t)
         self.cycle_s.append(time.process_time() - c0)
+
+    def decide(self, t: float, holders: tuple[Holder, ...], spend: dict):
+        """One pass: the engine over its kept state (the first-fit baselines first assign sites
+        to the first K jobs of each queue, as they would to the jobs passed to schedule(), and
+        the pass is redone with K x 4 when a queue's K were all admitted); or the oracle,
+        `schedule()` over a snapshot of the first K jobs of each queue (the rest as
+        `Snapshot.unlisted`), from the same history: the engine's memory."""
+        k, oracle = self.first_k, self.engine_mode == "oracle"
+        while True:
+            ids, cut, unlisted = [], [], {}
+            for q, lst in self.pending.items() if oracle or self.policy in FIRST_FIT else ():
+                if lst:
+                    ids.extend(lst[:k])
+                    if len(lst) > k:
+                        cut.append(q)
+                        if oracle:
+                            unlisted[q] = Amounts(sum(self.jobs[i].gpus for i in lst[k:]))
+            if self.policy in FIRST_FIT:
+                self.first_fit(holders, ids)
+            t0 = time.process_time()
+            if not oracle:
+                decision = self.engine.cycle(t, self.capacity, self.site_states, spend)
+            else:
+                pending = tuple(self.workloads[i] for i in ids)
+                history = self.engine.memory.averages(t)
+                snap = Snapshot(
+                    self.tenancy,
+                    self.capacity,
+                    tuple(self.holders.values()),
+                    pending,
+                    history,
+                    t,
+                    self.site_states,
+                    spend,
+                    unlisted,
+                )
+                decision = schedule(snap)
+            self.schedule_s += time.process_time() - t0
+            self.schedule_calls += 1
+            per_queue = Counter(self.jobs[int(a.job_id[1:])].desk for a in decision.admit) if cut else {}
+            if any(per_queue[q] >= k for q in cut):
+                k *= 4
+                self.redone += 1
+                continue
+            return decision
 
     def run(self, until: float = math.inf) -> bool:
         """Replay to the end (True), or stop before the first step at `until` or later
@@ -682,6 +704,8 @@ class FleetSim:
                 "cycle_ms_p95": percentile(cycle_ms, 95),
                 "cycle_ms_max": max(cycle_ms, default=float("nan")),
                 "cycles_redone_with_more_jobs": self.redone,
+                "engine": self.engine_mode,
+                "backfill_depth": self.backfill_depth,
             },
         }
 
@@ -756,6 +780,10 @@ def main() -> None:
         "from them), and measure only the jobs submitted after",
     )
     parser.add_argument("--first-k", type=int, default=FIRST_K)
+    parser.add_argument("--engine", choices=("kept", "oracle"), default="kept", help="see the docstring")
+    parser.add_argument(
+        "--backfill-depth", default=str(BACKFILL_DEPTH), help="jobs a cycle looks at behind a queue's head, or none"
+    )
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--progress-every-days", type=float, default=0.25, help="print progress every D simulated days")
     parser.add_argument("--profile", action="store_true", help="cProfile the first policy, print the top 25")
@@ -804,7 +832,16 @@ def main() -> None:
     results = {}
     for n, name in enumerate(args.policies.split(",")):
         print(f"replaying under {name} ...", flush=True)
-        sim = make_sim([replace(j) for j in jobs], desks, cfg, name, first_k=args.first_k, measured_from=measured_from)
+        sim = make_sim(
+            [replace(j) for j in jobs],
+            desks,
+            cfg,
+            name,
+            first_k=args.first_k,
+            measured_from=measured_from,
+            engine_mode=args.engine,
+            backfill_depth=None if args.backfill_depth == "none" else int(args.backfill_depth),
+        )
         w0, cpu0 = time.perf_counter(), time.process_time()
         if args.profile and n == 0:
             import cProfile
@@ -847,6 +884,8 @@ def main() -> None:
                 "days": args.days,
                 "warm_up_days": args.warm_up_days,
                 "first_k": args.first_k,
+                "engine": args.engine,
+                "backfill_depth": args.backfill_depth,
             },
             "scheduling_source_sha256": scheduling_digest(),
             "results": results,

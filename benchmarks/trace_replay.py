@@ -41,13 +41,16 @@ Simulation (discrete events, simulated clock):
 - a preempted job keeps its GPUs for a grace period (`--grace-seconds`, default 30, the
   controller's `preemption_grace`: it is warned first), then leaves, goes back to pending
   with its submit time, and loses the work since its last checkpoint (lost GPU-hours);
-- each queue's history is its decayed GPU-seconds (`fairshare.decayed_gpu_seconds`,
-  updated incrementally at every event) as `fairshare.average_gpus`;
-- only the first K jobs of each queue are passed to `schedule()` (K grows ×4 and the cycle
-  is redone whenever a queue's K jobs were all admitted): the jobs behind a queue's first
-  waiting head cannot be admitted in that cycle and do not change any admission or
-  preemption (strict order), so decisions are the same as with the full queue; the
-  pending reasons of the jobs left out are not produced.
+- each queue's history is its decayed GPU-seconds as `fairshare.average_gpus`, kept by the
+  admission engine's memory (`fairshare.Memory`: decayed lazily, by time stamp, never rewritten
+  per event);
+- every policy but the Tiresias reference decides through the admission engine
+  (`scheduling.engine`), fed each arrival, start, checkpoint, preemption and end, as the
+  controller feeds it: a cycle costs the queues' heads, not the backlog. `--backfill-depth N`
+  bounds backfill as production does (100 by default; `none`: every job every cycle, the
+  oracle's decisions); `--engine oracle` decides instead with `cycle.schedule()` over a
+  snapshot of every waiting job and holder (slow at large backlogs) from the same history: the
+  two are compared by the chained digest of every cycle's decisions (`decisions_crc32`).
 
 Metrics, for both policies:
 - JCT = finish - submit; queueing delay = first start - submit (mean, p50, p95, hours);
@@ -87,6 +90,7 @@ import heapq
 import math
 import sys
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -95,7 +99,7 @@ from pathlib import Path
 from _common import REPO, percentile, print_table, ratio, scheduling_digest, write_results
 
 from cellscale_hub.scheduling.cycle import schedule
-from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
+from cellscale_hub.scheduling.engine import BACKFILL_DEPTH, Engine
 from cellscale_hub.scheduling.service import Service
 from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
 from cellscale_hub.tenancy import Ordering, Tenancy
@@ -104,7 +108,6 @@ TRACE = REPO.parent / "shared" / "traces" / "philly-pollux.csv"
 FLAVOR = "gpu"
 HOUR = 3600.0
 DAY = 86400.0
-FIRST_K = 32  # jobs per queue passed to schedule(), grown x4 when a queue's K were all admitted
 MAX_RERUNS = 50
 
 
@@ -260,6 +263,8 @@ class Sim:
     window: float = 6 * HOUR
     settle: bool = False  # run another pass after every pass that admitted something (slower)
     restart: float = 60.0  # what a preemption costs beyond lost work: stop, checkpoint load, restart (s)
+    engine_mode: str = "kept"  # kept: the admission engine decides; oracle: schedule() over everything
+    backfill_depth: int | None = BACKFILL_DEPTH
     # per-job state (lists indexed by job number)
     remaining: list[float] = field(init=False)
     first_start: list[float | None] = field(init=False)
@@ -286,10 +291,11 @@ class Sim:
         self.holders: dict[int, Holder] = {}  # running (or leaving) job -> its Holder as of its last checkpoint
         self.marks: list[tuple[float, int, int]] = []  # (next checkpoint, job, gen): when a Holder is due for renewal
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, job, gen)
-        self.held_cq = Counter()
         nt = len(self.tenants)
         self.held_t, self.pending_t = [0] * nt, [0] * nt
-        self.decayed = Counter()
+        # the admission engine, fed every change; its memory is the history of both modes
+        self.engine = Engine(self.policy.tenancy, self.backfill_depth, self.half_life)
+        self.decisions_crc = 0  # every cycle's admissions and preemptions, chained: equal runs decide alike
         self.capacity = {FLAVOR: self.fleet}
         # metrics
         self.now = 0.0
@@ -304,7 +310,7 @@ class Sim:
         self.admit_and_reclaim = 0  # cycles that admitted a borrower and reclaimed lent GPUs
         self.windows: dict[int, list[list[float]]] = {}  # window -> [received, entitled, demand] per tenant
         self._share_cache: dict[tuple[int, ...], tuple[float, ...]] = {}
-        self.cycles = self.schedule_calls = self.redone = self.reruns_admitting = 0
+        self.cycles = self.schedule_calls = self.reruns_admitting = 0
         self.schedule_s = 0.0
         self.max_pending = 0
         self.last_finish = 0.0
@@ -340,12 +346,6 @@ class Sim:
                     ent[i] += share[i] * span
                     dem[i] += demand[i] * span
             a = b
-        if self.half_life > 0:
-            fade = 2.0 ** (-dt / self.half_life)
-            for q in self.queues:
-                self.decayed[q] = self.decayed[q] * fade + decayed_gpu_seconds(
-                    self.held_cq[q], self.now, t, t, self.half_life
-                )
         self.now = t
 
     # -- state changes ---------------------------------------------------------------------------
@@ -355,16 +355,17 @@ class Sim:
         lst = self.pending[q]
         head = not lst
         lst.append(i)  # arrivals come in job order, behind every pending job of the queue
+        self.engine.add(self.workloads[i])
         self.pending_t[self.job_tenant[i]] += self.jobs[i].gpus
         return head
 
     def start(self, i: int, t: float) -> None:
         lst = self.pending[self.workloads[i].cluster_queue]
         lst.pop(bisect.bisect_left(lst, i))
+        self.engine.remove(self.workloads[i].job_id)
         g, ti = self.jobs[i].gpus, self.job_tenant[i]
         self.pending_t[ti] -= g
         self.held_t[ti] += g
-        self.held_cq[self.workloads[i].cluster_queue] += g
         self.started[i] = t
         if self.first_start[i] is None:
             self.first_start[i] = t
@@ -393,18 +394,19 @@ class Sim:
             attained=self.attained[i],
             preemptions=self.preempted_times[i],
         )
+        self.engine.hold(self.holders[i])
         heapq.heappush(self.marks, (t + self.checkpoint, i, self.gen[i]))
 
-    def _release(self, i: int) -> None:
-        self.holders.pop(i, None)
+    def _release(self, i: int, t: float) -> None:
+        if self.holders.pop(i, None) is not None:
+            self.engine.release(self.workloads[i].job_id, t)
         g = self.jobs[i].gpus
         self.held_t[self.job_tenant[i]] -= g
-        self.held_cq[self.workloads[i].cluster_queue] -= g
         self.gen[i] += 1
         self.started[i] = None
 
     def complete(self, i: int, t: float) -> None:
-        self._release(i)
+        self._release(i, t)
         self.finish[i] = t
         self.remaining[i] = 0.0
         self.last_finish = max(self.last_finish, t)
@@ -413,6 +415,7 @@ class Sim:
         """Warned now; it leaves after the grace period (unless it finishes first)."""
         self.preempted_young += t - self.holders[i].started < 300
         self.holders[i] = replace(self.holders[i], preempting=True)
+        self.engine.hold(self.holders[i])
         self.preemptions += 1
         self.preempted_times[i] += 1
         heapq.heappush(self.events, (t + self.grace, EXIT, i, self.gen[i]))
@@ -428,9 +431,10 @@ class Sim:
         self.restart_gpu_s += self.restart * g
         self.remaining[i] += self.restart - kept
         self.attained[i] += ran * g
-        self._release(i)
+        self._release(i, t)
         self.workloads[i] = replace(self.workloads[i], attained=self.attained[i], queued_at=t)
         bisect.insort(self.pending[self.workloads[i].cluster_queue], i)
+        self.engine.add(self.workloads[i])
         self.pending_t[self.job_tenant[i]] += g
 
     def service_due(self, i: int, t: float) -> bool:
@@ -444,8 +448,8 @@ class Sim:
         return any(service.of_job(self.workloads[k]) < level for k in self.pending[self.workloads[i].cluster_queue])
 
     # -- one scheduling pass ---------------------------------------------------------------------
-    def holder_tuple(self, t: float) -> tuple[Holder, ...]:
-        """The holders at `t`, each with its last checkpoint (renewed only when one passed)."""
+    def renew_checkpoints(self, t: float) -> None:
+        """Each holder's last checkpoint at `t` (renewed only when one passed)."""
         marks = self.marks
         while marks and marks[0][0] <= t:
             _, i, g = heapq.heappop(marks)
@@ -454,36 +458,26 @@ class Sim:
             h = self.holders[i]
             n = int((t - h.started) // self.checkpoint)
             self.holders[i] = replace(h, last_checkpoint=h.started + n * self.checkpoint)
+            self.engine.hold(self.holders[i])
             heapq.heappush(marks, (h.started + (n + 1) * self.checkpoint, i, g))
-        return tuple(self.holders.values())
 
     def cycle(self, t: float) -> None:
         self.cycles += 1
         if self.policy.kind == "tiresias":
             self.tiresias_cycle(t)
             return
-        history = {q: average_gpus(d, self.half_life) for q, d in self.decayed.items()} if self.half_life > 0 else {}
         for run in range(MAX_RERUNS):
-            k = FIRST_K if self.policy.strict else math.inf
-            while True:
-                pending, cut = [], []
-                for q, lst in self.pending.items():
-                    if lst:
-                        pending.extend(self.workloads[i] for i in (lst[:k] if k < len(lst) else lst))
-                        if len(lst) > k:
-                            cut.append(q)
-                holders = self.holder_tuple(t)
-                t0 = time.perf_counter()
-                decision = schedule(Snapshot(self.policy.tenancy, self.capacity, holders, tuple(pending), history, t))
-                self.schedule_s += time.perf_counter() - t0
-                self.schedule_calls += 1
-                if cut:
-                    per_queue = Counter(self.workloads[int(a.job_id[1:])].cluster_queue for a in decision.admit)
-                    if any(per_queue[q] >= k for q in cut):
-                        k *= 4  # a queue ran out of jobs in the cycle: redo it with more
-                        self.redone += 1
-                        continue
-                break
+            self.renew_checkpoints(t)
+            t0 = time.perf_counter()
+            decision = self.decide(t)
+            self.schedule_s += time.perf_counter() - t0
+            self.schedule_calls += 1
+            self.decisions_crc = zlib.crc32(
+                repr(
+                    (t, [(a.job_id, a.flavor) for a in decision.admit], [p.job_id for p in decision.preempt])
+                ).encode(),
+                self.decisions_crc,
+            )
             for p in decision.preempt:
                 self.preempt(int(p.job_id[1:]), t)
             if any(a.borrowed for a in decision.admit) and any("borrowed" in p.reason for p in decision.preempt):
@@ -502,6 +496,16 @@ class Sim:
             if run:
                 self.reruns_admitting += 1
         raise RuntimeError(f"no settled cycle after {MAX_RERUNS} passes at t={t}")
+
+    def decide(self, t: float):
+        """One cycle: the engine over its kept state, or the oracle over a snapshot of every
+        waiting job and holder (the same history: the engine's memory)."""
+        if self.engine_mode == "kept":
+            return self.engine.cycle(t, self.capacity)
+        pending = tuple(self.workloads[i] for lst in self.pending.values() for i in lst)
+        history = self.engine.memory.averages(t)
+        holders = tuple(self.holders.values())
+        return schedule(Snapshot(self.policy.tenancy, self.capacity, holders, pending, history, t))
 
     def tiresias_cycle(self, t: float) -> None:
         """The reference: every job, running or waiting, in (level, submit) order; whatever fits
@@ -637,7 +641,9 @@ class Sim:
                 "scheduling_cycles": self.cycles,
                 "schedule_calls": self.schedule_calls,
                 "schedule_s": self.schedule_s,
-                "cycles_redone_with_more_jobs": self.redone,
+                "engine": self.engine_mode,
+                "backfill_depth": self.backfill_depth,
+                "decisions_crc32": self.decisions_crc,
                 "reruns_that_admitted": self.reruns_admitting,
             },
             "per_tenant": per_tenant,
@@ -696,6 +702,10 @@ def main() -> None:
         help="after every cycle that admitted something, run another at the same time (~2x slower)",
     )
     parser.add_argument("--policies", default="cellscale,fifo")
+    parser.add_argument("--engine", choices=("kept", "oracle"), default="kept", help="see the docstring")
+    parser.add_argument(
+        "--backfill-depth", default=str(BACKFILL_DEPTH), help="jobs a cycle looks at behind a queue's head, or none"
+    )
     parser.add_argument("--out", default="trace_replay", help="results name (benchmarks/results/NAME.json)")
     args = parser.parse_args()
     if args.quick:
@@ -720,6 +730,8 @@ def main() -> None:
         "grace": args.grace_seconds,
         "window": args.window_hours * HOUR,
         "settle": args.settle,
+        "engine_mode": args.engine,
+        "backfill_depth": None if args.backfill_depth == "none" else int(args.backfill_depth),
     }
     pols = policies(nominal, args.fleet)
     results = {}
@@ -728,7 +740,8 @@ def main() -> None:
         results[name] = replay(jobs, pols[name], args.fleet, nominal, **options)
         s = results[name]["sim"]
         print(
-            f"  {s['wall_s']:.0f} s ({s['schedule_calls']} schedule() calls, {s['schedule_s']:.0f} s in them)",
+            f"  {s['wall_s']:.0f} s ({s['schedule_calls']} cycles, {s['schedule_s']:.0f} s in them; "
+            f"decisions crc32 {s['decisions_crc32']})",
             flush=True,
         )
 
@@ -802,6 +815,8 @@ def main() -> None:
                 "grace_s": args.grace_seconds,
                 "window_h": args.window_hours,
                 "settle": args.settle,
+                "engine": args.engine,
+                "backfill_depth": args.backfill_depth,
                 "limit": args.limit,
                 "days": args.days,
                 "skip_days": args.skip_days,
