@@ -160,33 +160,28 @@ def earlier_runs(session: Session, owner: str, spec: JobSpec) -> list[float]:
 
 
 def _earlier_runs_query() -> Select:
-    """The query of `earlier_runs`, built once (building it took as long as running it)."""
-    document = Job.spec_json
+    """The query of `earlier_runs`, built once (building it took as long as running it). The
+    newest attempts are found by the index, then their specs compared, the source first: the
+    other fields are read only from the few specs of the same cell."""
     newest = (
-        select(
-            Attempt.held_from,
-            Attempt.held_until,
-            Job.created_at,
-            document["source"].as_string().label("source"),
-            func.coalesce(document["inputs_sha256"].as_string(), "").label("inputs"),
-            document[("resources", "nodes")].as_integer().label("nodes"),
-            document[("resources", "gpus_per_node")].as_integer().label("gpus_per_node"),
-        )
+        select(Attempt.id, Job.created_at)
         .join(Attempt, Attempt.job_id == Job.id)
         .where(Job.owner == bindparam("owner"), Job.phase == Phase.SUCCEEDED, Attempt.held_until.is_not(None))
         .order_by(Job.created_at.desc())
         .limit(HISTORY_JOBS)
         .subquery()
     )
-    fields = Resources.model_fields  # a stored spec without the field has its default
-    nodes = func.coalesce(newest.c.nodes, fields["nodes"].default)
-    gang = nodes * func.coalesce(newest.c.gpus_per_node, fields["gpus_per_node"].default)
+    document, fields = Job.spec_json, Resources.model_fields  # a spec without a field has its default
+    nodes = func.coalesce(document[("resources", "nodes")].as_integer(), fields["nodes"].default)
+    per_node = func.coalesce(document[("resources", "gpus_per_node")].as_integer(), fields["gpus_per_node"].default)
     return (
-        select(newest.c.held_from, newest.c.held_until)
+        select(Attempt.held_from, Attempt.held_until)
+        .join(newest, newest.c.id == Attempt.id)
+        .join(Job, Job.id == Attempt.job_id)
         .where(
-            newest.c.source == bindparam("source"),
-            newest.c.inputs == bindparam("inputs"),
-            gang == bindparam("gang"),
+            document["source"].as_string() == bindparam("source"),
+            func.coalesce(document["inputs_sha256"].as_string(), "") == bindparam("inputs"),
+            nodes * per_node == bindparam("gang"),
         )
         .order_by(newest.c.created_at.desc())
     )
