@@ -91,15 +91,13 @@ def job_spec(i: int) -> JobSpec:
 # ---------------------------------------------------------------------------------------------
 def populate(db_url: str, pending: int, history: int) -> dict:
     """The blocker, `pending` waiting jobs and `history` succeeded ones of this user, bulk-inserted."""
-    from sqlalchemy import insert
-
     from cellscale.vocabulary import AttemptState, EventKind, EventReason
     from cellscale_hub.app import PERSONAL_TENANT
     from cellscale_hub.auth import ALL_SCOPES, Principal
     from cellscale_hub.drivers.local import LocalDriver
     from cellscale_hub.routing import route
     from cellscale_hub.store import Store
-    from cellscale_hub.store.models import Attempt, Base, Event, Job, utcnow
+    from cellscale_hub.store.models import Attempt, Event, Job, utcnow
     from cellscale_hub.tenancy import Tenancy
 
     t0 = time.perf_counter()
@@ -158,19 +156,29 @@ def populate(db_url: str, pending: int, history: int) -> dict:
     for created in sorted(now - rng.random() * timedelta(days=2) for _ in range(pending)):
         job(f"queued-{rng.randrange(10**6)}", f"print({rng.randrange(10**6)})\n", created, Phase.PENDING)
     built = time.perf_counter()
+    bulk_insert(store, rows)
+    store.dispose()
+    return {"blocker": blocker, "jobs": len(rows[Job]), "build_s": built - t0, "insert_s": time.perf_counter() - built}
+
+
+def bulk_insert(store, rows: dict[type, list[dict]]) -> None:
+    """The rows, BATCH a statement, with the per-queue totals they imply; then statistics on
+    PostgreSQL, as autovacuum keeps them on a live server."""
+    from sqlalchemy import insert
+
+    from cellscale_hub.store.models import Attempt, Base, Job
+
     with store.engine.begin() as conn:
-        for model in (Job, Attempt, Event):
+        for model, of_model in rows.items():
             columns = {c.name for c in model.__table__.columns}
-            batch = [{k: v for k, v in r.items() if k in columns} for r in rows[model]]
+            batch = [{k: v for k, v in r.items() if k in columns} for r in of_model]
             for i in range(0, len(batch), BATCH):
                 conn.execute(insert(model.__table__), batch[i : i + BATCH])
         if "queue_totals" in Base.metadata.tables:
             conn.execute(insert(Base.metadata.tables["queue_totals"]), queue_totals(rows[Job], rows[Attempt]))
-    if store.engine.dialect.name == "postgresql":  # statistics, as autovacuum keeps them on a live server
+    if store.engine.dialect.name == "postgresql":
         with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("VACUUM ANALYZE")
-    store.dispose()
-    return {"blocker": blocker, "jobs": len(rows[Job]), "build_s": built - t0, "insert_s": time.perf_counter() - built}
 
 
 def serve(argv: list[str], admission: bool) -> None:
