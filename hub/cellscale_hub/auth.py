@@ -45,12 +45,17 @@ class Unauthenticated(Exception):
 class Identity:
     """Turns a presented token into a Principal (tenants still unresolved)."""
 
+    blocks = True
+    """Whether `principal` may wait (on the hub): the API then calls it off the event loop."""
+
     def principal(self, token: str) -> Principal:
         raise NotImplementedError
 
 
 class StaticTokenIdentity(Identity):
     """A personal control plane: one token, one user who is also its admin."""
+
+    blocks = False
 
     def __init__(self, token: str, user: str, groups: tuple[str, ...]):
         self._token, self._user, self._groups = token, user, groups

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
 
 from cellscale_hub.api import csrf
 from cellscale_hub.api.logwatch import LogWatch
@@ -49,7 +50,9 @@ class Context:
         return "cs-" + secrets.token_hex(6)
 
 
-def context(request: Request) -> Context:
+async def context(request: Request) -> Context:
+    """The app's context (async, like `check` below: a sync dependency is a round trip through
+    the thread pool, and every thread switch waits for the GIL)."""
     return request.app.state.ctx
 
 
@@ -68,14 +71,17 @@ def presented(request: Request) -> tuple[str | None, bool]:
     return cookie, bool(cookie)
 
 
-def principal(request: Request, ctx: Context = Depends(context)) -> Principal:
+async def principal(request: Request, ctx: Context = Depends(context)) -> Principal:
     token, from_cookie = presented(request)
     if not token:
         raise HTTPException(401, "authentication required: send a JupyterHub API token (Authorization: token ...)")
     if from_cookie:
         csrf.check(request, token)  # a change signed in by the cookie must come from our own page
     try:
-        who = ctx.identity.principal(token)
+        if ctx.identity.blocks:  # it may ask the hub: not on the event loop
+            who = await run_in_threadpool(ctx.identity.principal, token)
+        else:
+            who = ctx.identity.principal(token)
     except Unauthenticated as exc:
         raise HTTPException(401, str(exc)) from exc
     return Principal(
@@ -88,7 +94,7 @@ def principal(request: Request, ctx: Context = Depends(context)) -> Principal:
 
 
 def require(scope: str):
-    def check(who: Principal = Depends(principal)) -> Principal:
+    async def check(who: Principal = Depends(principal)) -> Principal:
         if not who.can(scope):
             raise HTTPException(403, f"your token lacks the {scope} scope")
         return who

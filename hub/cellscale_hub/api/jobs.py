@@ -9,7 +9,7 @@ import re
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel
 
 from cellscale.points import GridError, read_manifest
@@ -114,6 +114,7 @@ def submit(
         phase=Phase.PENDING,
         reason=f"waiting for admission; {where.note}" if where.note else "waiting for admission",
         result_key=body.result_key,
+        attempts=[],  # known to be none: the view does not ask the store
     )
     with ctx.store.session() as session:
         job.estimate = _estimate(session, ctx, who, where).model_dump(mode="json")
@@ -130,9 +131,10 @@ def submit(
                 EventReason.Finished,
                 message=f"all {len(grid)} points' results are cached from earlier runs of this code: nothing ran",
             )
-        view = q.job_view(job, ctx.waiting.view(job.id, who.user), ctx.tenancy.current.resource_weights)
     ctx.wake()
-    return JSONResponse(view.model_dump(mode="json"), status_code=201 if created else 200)
+    # viewed once committed: on SQLite the transaction holds the write lock the other submits wait for
+    view = q.job_view(job, ctx.waiting.view(job.id, who.user), ctx.tenancy.current.resource_weights)
+    return Response(view.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
 
 
 @router.post("/render", response_model=RenderView, responses=refusals(401, 403, 413, 422))

@@ -3,16 +3,15 @@ pool's bill from its own ledger), and the estimate of a job's cost before it run
 
 from __future__ import annotations
 
-import hashlib
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from cellscale.spec import CostEstimate, JobSpec
+from cellscale.spec import CostEstimate, JobSpec, Resources
 from cellscale.vocabulary import Phase
 from cellscale_hub.cost.ledger import CloudBill, CostReport, Interval, Pool, report
 from cellscale_hub.drivers import Driver
@@ -20,7 +19,6 @@ from cellscale_hub.drivers.capabilities import CloudPool, Instance
 from cellscale_hub.scheduling.placement import Spend, usd_words
 from cellscale_hub.store.jobs import span_words
 from cellscale_hub.store.models import Attempt, CapacityRow, Job, LedgerRow
-from cellscale_hub.store.specs import typed_spec
 from cellscale_hub.tenancy import Tenancy
 
 HISTORY_JOBS = 200  # the user's newest finished jobs searched for earlier runs of a cell
@@ -149,26 +147,47 @@ def estimate(
 
 def earlier_runs(session: Session, owner: str, spec: JobSpec) -> list[float]:
     """Seconds the user's earlier successful runs of this cell (same code, same GPUs) held their
-    GPUs, newest first."""
-    code = _code(spec)
-    query = (
-        select(Job.id, Job.spec_json, Attempt.held_from, Attempt.held_until)
+    GPUs, newest first, among their newest HISTORY_JOBS. The database compares the stored specs'
+    source, inputs and gang size: decoding and hashing each spec here cost ~1.5 ms per 100
+    earlier jobs, on every submit."""
+    wanted = {
+        "owner": owner,
+        "source": spec.source,
+        "inputs": spec.inputs_sha256 or "",
+        "gang": spec.resources.nodes * spec.resources.gpus_per_node,
+    }
+    return [(until - since).total_seconds() for since, until in session.execute(_EARLIER_RUNS, wanted)]
+
+
+def _earlier_runs_query() -> Select:
+    """The query of `earlier_runs`, built once (building it took as long as running it). The
+    newest attempts are found by the index, then their specs compared, the source first: the
+    other fields are read only from the few specs of the same cell."""
+    newest = (
+        select(Attempt.id, Job.created_at)
         .join(Attempt, Attempt.job_id == Job.id)
-        .where(Job.owner == owner, Job.phase == Phase.SUCCEEDED, Attempt.held_until.is_not(None))
+        .where(Job.owner == bindparam("owner"), Job.phase == Phase.SUCCEEDED, Attempt.held_until.is_not(None))
         .order_by(Job.created_at.desc())
         .limit(HISTORY_JOBS)
+        .subquery()
     )
-    gpus = spec.resources.nodes * spec.resources.gpus_per_node
-    out = []
-    for job_id, stored, held_from, held_until in session.execute(query):
-        other = typed_spec(job_id, stored)
-        if _code(other) == code and other.resources.nodes * other.resources.gpus_per_node == gpus:
-            out.append((held_until - held_from).total_seconds())
-    return out
+    document, fields = Job.spec_json, Resources.model_fields  # a spec without a field has its default
+    nodes = func.coalesce(document[("resources", "nodes")].as_integer(), fields["nodes"].default)
+    per_node = func.coalesce(document[("resources", "gpus_per_node")].as_integer(), fields["gpus_per_node"].default)
+    return (
+        select(Attempt.held_from, Attempt.held_until)
+        .join(newest, newest.c.id == Attempt.id)
+        .join(Job, Job.id == Attempt.job_id)
+        .where(
+            document["source"].as_string() == bindparam("source"),
+            func.coalesce(document["inputs_sha256"].as_string(), "") == bindparam("inputs"),
+            nodes * per_node == bindparam("gang"),
+        )
+        .order_by(newest.c.created_at.desc())
+    )
 
 
-def _code(spec: JobSpec) -> str:
-    return hashlib.sha256(f"{spec.source}\0{spec.inputs_sha256 or ''}".encode()).hexdigest()
+_EARLIER_RUNS = _earlier_runs_query()
 
 
 def estimate_words(

@@ -40,29 +40,29 @@ class IdempotencyConflict(ValueError):
 
 
 def insert_job(session: Session, job: Job) -> tuple[Job, bool]:
-    """Store a new job, or return the one this owner already made with the same key."""
-    existing = find_by_key(session, job.owner, job.idempotency_key)
-    if existing is None:
-        try:
-            with session.begin_nested():
-                session.add(job)
-                session.flush()
-                add_event(
-                    session,
-                    job,
-                    kind=EventKind.PHASE,
-                    to_phase=job.phase,
-                    reason=EventReason.Submitted,
-                    actor=job.owner,
-                    message=f"submitted to queue {job.queue} on backend {job.backend}",
-                )
-            if job.phase is Phase.PENDING:
-                totals.note_pending(session, job.cluster_queue, 1, job.gpus, job.cpus or 0)
-            return job, True
-        except IntegrityError:  # a concurrent retry of the same submit won the race
-            existing = find_by_key(session, job.owner, job.idempotency_key)
-            if existing is None:
-                raise
+    """Store a new job, or return the one this owner already made with the same key. The insert
+    is tried first and the key looked up only when the unique (owner, key) refuses it: a retried
+    submit is rare, and a look-up before every insert was one more statement on every submit."""
+    try:
+        with session.begin_nested():
+            session.add(job)
+            session.flush()  # the job's row before its event's (no relationship orders them)
+            add_event(
+                session,
+                job,
+                kind=EventKind.PHASE,
+                to_phase=job.phase,
+                reason=EventReason.Submitted,
+                actor=job.owner,
+                message=f"submitted to queue {job.queue} on backend {job.backend}",
+            )
+        if job.phase is Phase.PENDING:
+            totals.note_pending(session, job.cluster_queue, 1, job.gpus, job.cpus or 0)
+        return job, True
+    except IntegrityError:  # the key was used before (or by a concurrent retry of this submit)
+        existing = find_by_key(session, job.owner, job.idempotency_key)
+        if existing is None:
+            raise
     if existing.spec_json != job.spec_json:
         raise IdempotencyConflict(
             f"idempotency key {job.idempotency_key!r} was already used for a different job ({existing.id}); "
