@@ -21,9 +21,11 @@ class WaitingBoard:
     def __init__(self) -> None:
         self._reasons: Reasons = Reasons()
         self._staging: dict[str, str] = {}
+        self.published = 0  # how many times reasons were published: what was derived from them is good until it changes
 
     def publish(self, reasons: Reasons) -> None:
         self._reasons = reasons
+        self.published += 1
 
     def publish_staging(self, words: dict[str, str]) -> None:
         """Each staging job's progress in words (`cellscale_hub.control.staging`)."""

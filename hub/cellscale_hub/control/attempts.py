@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from cellscale.spec import JobSpec
 from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, AttemptState, EventKind, EventReason, Fault, Phase
@@ -31,6 +33,9 @@ from cellscale_hub.store.points import settle_points
 from cellscale_hub.store.tenancy_book import TenancyBook
 
 log = logging.getLogger("cellscale.controller")
+
+EVERY_DEADLINE = datetime.max.replace(tzinfo=UTC)
+"""`preemption_due(session, EVERY_DEADLINE)`: every job warned of its preemption, due or not."""
 
 HEARTBEAT_STORE_S = 15.0
 """A live attempt's heartbeat is stored at most this often: hang detection reads the
@@ -62,6 +67,8 @@ class AttemptReconciler:
         self.sweeps = SweepRunner(store)  # runs a sweep's points inside its one admission
         self._cancel_sent: set[tuple[str, int]] = set()
         self._seen: dict[str, dict[int, tuple]] = {}  # backend -> attempt -> what its last stored observation was
+        self._active: dict[str, _Kept] = {}  # backend -> its active attempts and their refs, as last read
+        self._stops: _Kept | None = None  # the attempts to stop, by backend, as last read
 
     def ref(self, job: Job, attempt: Attempt) -> AttemptRef:
         return attempt_ref(self.jobs_root, job, attempt)
@@ -142,9 +149,7 @@ class AttemptReconciler:
     def reconcile(self, backend: str, driver: Driver) -> None:
         """Poll the backend's active attempts (one batched query) and store what changed: an
         attempt whose observation is the same as last cycle's costs no write."""
-        with self.store.session() as session:
-            attempts = q.active_attempts(session, backend)
-            refs = {a.id: self.ref(a.job, a) for a in attempts}
+        attempts, refs = self._active_attempts(backend)
         seen = self._seen.setdefault(backend, {})
         for gone in seen.keys() - refs.keys():
             del seen[gone]
@@ -186,6 +191,19 @@ class AttemptReconciler:
             driver.cancel(ref)  # stop what is left of it; its retry is a new attempt
         for job, attempt in relaunch:
             self.launch(driver, job, attempt, resubmit=True)
+
+    def _active_attempts(self, backend: str) -> tuple[list[Attempt], dict[int, AttemptRef]]:
+        """The backend's active attempts (with their jobs) and refs, read again only after the
+        store changed: an idle cycle polls the backend without a query."""
+        changes = self.store.changes  # before the read: a write during it makes the next cycle read again
+        kept = self._active.get(backend)
+        if kept is not None and kept.changes == changes:
+            return kept.value
+        with self.store.session() as session:
+            attempts = q.active_attempts(session, backend)
+            refs = {a.id: self.ref(a.job, a) for a in attempts}
+        self._active[backend] = _Kept(changes, (attempts, refs))
+        return attempts, refs
 
     def _hung(self, obs: Observation, attempt: Attempt, stall_timeout_s: float | None) -> str | None:
         """Why a live attempt counts as hung: no heartbeat beyond the timeout (a frozen
@@ -371,23 +389,44 @@ class AttemptReconciler:
     # -- stop ------------------------------------------------------------------------------
     def send_cancels(self, backend: str, driver: Driver) -> None:
         """Stop attempts whose job was cancelled, or whose preemption grace period is over."""
-        with self.store.session() as session:
-            targets = [
-                self.ref(job, attempt)
-                for job in q.cancel_requested_active(session) + q.preemption_due(session, utcnow())
-                for attempt in job.attempts
-                # one not submitted yet has nothing to stop: its launch sees the cancel instead
-                if attempt.backend == backend
-                and attempt.state in ACTIVE_ATTEMPT_STATES
-                and attempt.submitted_at is not None
-            ]
-        for ref in targets:
+        for ref in self._to_stop().get(backend, []):
             if ref.key not in self._cancel_sent:
                 self._cancel_sent.add(ref.key)
                 if ref.spec.sweep is not None:
                     self.sweeps.cancel(driver, ref)
                 else:
                     driver.cancel(ref)
+
+    def _to_stop(self) -> dict[str, list[AttemptRef]]:
+        """The submitted active attempts to stop, by backend: read again only when the store
+        changed or the next grace period ends (so at the same cycle as a read every cycle)."""
+        now = utcnow()
+        changes = self.store.changes  # before the read: a write during it makes the next cycle read again
+        kept = self._stops
+        if kept is not None and kept.changes == changes and (kept.until is None or now < kept.until):
+            return kept.value
+        targets: dict[str, list[AttemptRef]] = {}
+        with self.store.session() as session:
+            warned = q.preemption_due(session, EVERY_DEADLINE)  # those due now, and when the next one is
+            due = [job for job in warned if job.preempt_deadline <= now]
+            for job in q.cancel_requested_active(session) + due:
+                for attempt in job.attempts:
+                    # one not submitted yet has nothing to stop: its launch sees the cancel instead
+                    if attempt.state in ACTIVE_ATTEMPT_STATES and attempt.submitted_at is not None:
+                        targets.setdefault(attempt.backend, []).append(self.ref(job, attempt))
+        later = [job.preempt_deadline for job in warned if job.preempt_deadline > now]
+        self._stops = _Kept(changes, targets, min(later, default=None))
+        return targets
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """What a reconciler read from the store, good while `Store.changes` is still `changes`
+    (and, when set, until `until`)."""
+
+    changes: int
+    value: Any
+    until: datetime | None = None
 
 
 def _at(epoch: float) -> datetime:

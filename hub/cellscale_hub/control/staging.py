@@ -62,14 +62,19 @@ class StageAhead:
         self.ask_every_s = ask_every_s  # a backend that could not say where a job starts is asked again after this
         self._jobs: dict[str, Staging] = {}
         self._asked: dict[str, float] = {}  # job -> when its backend last said it could not tell
+        self._none_since: tuple[int, int] | None = None  # (reasons published, store changes) when no head staged
 
     def cycle(self) -> None:
+        inputs = (self.waiting.published, self.store.changes)  # before the read: a write during it reads again
+        if inputs == self._none_since:
+            return  # the same heads, the same rows: still none to stage
         heads = self.waiting.heads()
         with self.store.session() as session:
             jobs = [job for job in (session.get(Job, job_id) for job_id in heads) if job is not None]
             candidates = [job for job in jobs if _stages(job)][: self.max_jobs]
             for job in candidates:
                 self._stage(session, job)
+        self._none_since = None if candidates else inputs
         staged = {job.id for job in candidates}
         for job_id in [j for j in self._jobs if j not in staged]:  # started, ended or cancelled: no more news
             del self._jobs[job_id]

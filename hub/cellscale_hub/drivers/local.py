@@ -19,6 +19,8 @@ import time
 from traitlets import Float, Integer, List, Unicode, default
 
 from cellscale.runtime import stage
+from cellscale.runtime.jobdir import JobDir
+from cellscale.runtime.records import ExitRecord, Started
 from cellscale.runtime.supervisor import launcher_argv
 from cellscale.runtime.sweepdir import SweepDir
 from cellscale.spec import BackendView
@@ -199,13 +201,28 @@ class LocalDriver(Driver, RunsSweeps, StagesAhead, AssignsGpuIds):
         self.notify()
 
     def poll(self, refs: list[AttemptRef]) -> dict[tuple[str, int], Observation]:
-        return {ref.key: dataclasses.replace(self._observe(ref), held=_held(ref)) for ref in refs}
+        return {ref.key: self._observe(ref) for ref in refs}
 
     def _observe(self, ref: AttemptRef) -> Observation:
+        """What the attempt's files and supervisor say, with this machine's allocation: from the
+        supervisor taking the attempt to its exit (each record read once)."""
         jd = ref.dir
         child = self._children.get(ref.key)
         exited = child is not None and child.poll() is not None  # before the records: all it wrote is there
         record = jd.read_exit(ref.number)
+        started = jd.read_started(ref.number)
+        held = (started.at, record.at if record is not None else None) if started and started.at is not None else None
+        return dataclasses.replace(self._state(ref, jd, child, exited, record, started), held=held)
+
+    def _state(
+        self,
+        ref: AttemptRef,
+        jd: JobDir,
+        child: subprocess.Popen[bytes] | None,
+        exited: bool,
+        record: ExitRecord | None,
+        started: Started | None,
+    ) -> Observation:
         if record is not None:
             self._children.pop(ref.key, None)
             self._cancelled.discard(ref.key)
@@ -214,18 +231,18 @@ class LocalDriver(Driver, RunsSweeps, StagesAhead, AssignsGpuIds):
                 record.reason.fault if state is AttemptState.FAILED or record.reason is ExitReason.PREEMPTED else None
             )
             return Observation(state, exit_code=record.code, reason=record.message or record.reason.value, fault=fault)
-        heartbeat, step = heartbeat_of(ref, 1)
         if jd.supervisor_alive(ref.number):
+            heartbeat, step = heartbeat_of(ref, 1)
             all_ranks = jd.ranks_started(ref.number) >= self.launch_plan(ref).expected_ranks
             return Observation(
                 AttemptState.RUNNING if all_ranks else AttemptState.STARTING, heartbeat=heartbeat, step=step
             )
         if exited:
             self._children.pop(ref.key, None)
-        if ref.key in self._cancelled and (exited or jd.read_started(ref.number)):
+        if ref.key in self._cancelled and (exited or started):
             # stopped before it could record how it ended (a cancel in its first moments): what it was told
             return Observation(AttemptState.CANCELLED, reason="cancelled while its supervisor was starting")
-        if jd.read_started(ref.number):
+        if started:
             return Observation(
                 AttemptState.LOST,
                 reason="the supervisor died without writing an exit record",
@@ -348,12 +365,3 @@ def _state_for(reason: ExitReason) -> AttemptState:
         ExitReason.CANCELLED: AttemptState.CANCELLED,
         ExitReason.PREEMPTED: AttemptState.CANCELLED,
     }.get(reason, AttemptState.FAILED)
-
-
-def _held(ref: AttemptRef) -> tuple[float, float | None] | None:
-    """This machine's allocation: from the supervisor taking the attempt to its exit."""
-    started = ref.dir.read_started(ref.number)
-    if started is None or started.at is None:
-        return None
-    ended = ref.dir.read_exit(ref.number)
-    return started.at, ended.at if ended is not None else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from cellscale_hub.store import totals
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 ENDED = "cellscale.ended_jobs"  # session.info key: the jobs this session moved to a terminal phase
+WROTE = "cellscale.wrote"  # session.info key: this session wrote something (flushed, or ran an INSERT/UPDATE/DELETE)
 
 log = logging.getLogger("cellscale.store")
 
@@ -53,6 +55,16 @@ class Store:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         totals.keep_on_commit(self._sessions)
         self._end_listeners: list[Callable[[str], None]] = []
+        self.changes = 0
+        """Bumped after each commit of this process that wrote something: what a reader read after
+        taking its value stays true while the value stays the same (the controller's idle cycles
+        read nothing again). Bumped after the commit, so a reader that sees the new value sees
+        what was written."""
+        self._changes_lock = threading.Lock()
+        event.listen(self._sessions, "after_flush", _note_write)
+        event.listen(self._sessions, "do_orm_execute", _note_statement)
+        event.listen(self._sessions, "after_commit", self._count_change)
+        event.listen(self._sessions, "after_rollback", lambda session: session.info.pop(WROTE, None))
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (safe to call on every start)."""
@@ -63,6 +75,11 @@ class Store:
         the committing thread (the controller's, or a request's): how the log followers learn
         that a job ended without asking the store. It must be quick and must not raise."""
         self._end_listeners.append(listener)
+
+    def _count_change(self, session: Session) -> None:
+        if session.info.pop(WROTE, False):
+            with self._changes_lock:  # never lost, never back to a value a reader kept
+                self.changes += 1
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -77,3 +94,12 @@ class Store:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _note_write(session: Session, _flush_context) -> None:
+    session.info[WROTE] = True
+
+
+def _note_statement(state) -> None:
+    if state.is_insert or state.is_update or state.is_delete:
+        state.session.info[WROTE] = True
