@@ -12,7 +12,7 @@ from cellscale.spec import Phase
 from cellscale.vocabulary import EventKind
 from cellscale_hub.store import jobs as q
 from cellscale_hub.store import usage
-from cellscale_hub.store.models import Job
+from cellscale_hub.store.models import Event, Job, utcnow
 
 SLEEPER = "import time\ntime.sleep(60)"
 
@@ -87,4 +87,30 @@ def test_waiting_jobs_are_read_in_one_pass_then_by_what_changed(plane):
         assert new == [] and gone == {ids[1]}
         session.get(Job, ids[2]).phase = Phase.FAILED  # a change with no event: the full read (resync) sees it
         assert feed.full(session, tenancy, known - {ids[1]}) == ([], {ids[2]})
+        session.rollback()
+
+
+def test_an_event_that_commits_late_behind_a_newer_one_is_still_read(plane):
+    """PostgreSQL hands out event ids before commit: a writer may commit id N after another
+    committed N+1 and a read saw it. The feed looks back MARGIN ids, and reads each event once."""
+    ids = [plane.submit(resources={"gpus_per_node": 1}).json()["id"] for _ in range(2)]
+    feed = usage.PendingFeed()
+    tenancy = plane.tenancy.current
+    with plane.store.session() as session:
+        known = {w.job_id for w in feed.since(session, tenancy, ())[0]}
+        assert known == set(ids)
+        early = Event(job_id=ids[0], at=utcnow(), kind=EventKind.PHASE, to_phase=Phase.CANCELLED)
+        session.add(early)
+        session.flush()
+        early_id = early.id
+        q.add_event(session, session.get(Job, ids[1]), kind=EventKind.DATA, message="a newer event, read first")
+        session.flush()
+        session.delete(early)  # the late writer's id, not yet visible
+        session.flush()
+        assert feed.since(session, tenancy, known) == ([], set())
+        session.get(Job, ids[0]).phase = Phase.CANCELLED
+        session.add(Event(id=early_id, job_id=ids[0], at=utcnow(), kind=EventKind.PHASE, to_phase=Phase.CANCELLED))
+        session.flush()  # ...commits now, behind the one already read
+        assert feed.since(session, tenancy, known) == ([], {ids[0]})
+        assert feed.since(session, tenancy, known) == ([], set())  # each event is read once
         session.rollback()

@@ -132,8 +132,10 @@ def submit(
                 message=f"all {len(grid)} points' results are cached from earlier runs of this code: nothing ran",
             )
     ctx.wake()
-    # viewed once committed: on SQLite the transaction holds the write lock the other submits wait for
-    view = q.job_view(job, ctx.waiting.view(job.id, who.user), ctx.tenancy.current.resource_weights)
+    # viewed once committed: on SQLite the transaction holds the write lock the other submits wait for.
+    # A new job has no reason yet (no cycle has seen it): asking would index the published lines
+    pending = None if created else ctx.waiting.view(job.id, who.user)
+    view = q.job_view(job, pending, ctx.tenancy.current.resource_weights)
     return Response(view.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
 
 

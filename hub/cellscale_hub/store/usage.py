@@ -165,30 +165,30 @@ class PendingFeed:
 
     def __init__(self) -> None:
         self._last_event: int | None = None
+        self._seen: set[int] = set()  # event ids read within MARGIN of the newest
 
     def full(self, session: Session, tenancy: Tenancy, known: Collection[str]) -> tuple[list[Workload], set[str]]:
         """(new waiting jobs, ids no longer waiting), against `known`, from every waiting job."""
-        self._last_event = session.scalar(select(func.max(Event.id))) or 0
+        self._last_event, self._seen = session.scalar(select(func.max(Event.id))) or 0, set()
         if not known:  # a start: every waiting job in one pass, one query per table
             return _workloads(session, tenancy, _WAITING), set()
         waiting = set(session.scalars(select(Job.id).where(_WAITING)))
         return _by_ids(session, tenancy, waiting - set(known)), set(known) - waiting
 
     def since(self, session: Session, tenancy: Tenancy, known: Collection[str]) -> tuple[list[Workload], set[str]]:
-        """The same, from the jobs with an event since the last read only."""
+        """The same, from the jobs with an event not read before only (the margin's events are
+        read again, but a job counts as touched once per event)."""
         if self._last_event is None:
             return self.full(session, tenancy, known)
-        newest = session.scalar(select(func.max(Event.id))) or 0
-        touched = set(session.scalars(select(Event.job_id).where(Event.id > self._last_event - self.MARGIN).distinct()))
-        self._last_event = max(self._last_event, newest)
+        floor = self._last_event - self.MARGIN
+        rows = session.execute(select(Event.id, Event.job_id).where(Event.id > floor)).all()
+        touched = {job_id for event_id, job_id in rows if event_id not in self._seen}
+        self._last_event = max([self._last_event, *(event_id for event_id, _ in rows)])
+        floor = self._last_event - self.MARGIN
+        self._seen = {event_id for event_id, _ in rows if event_id > floor}
         if not touched:
             return [], set()
-        ids = sorted(touched)
-        waiting = {
-            job_id
-            for start in range(0, len(ids), BATCH)
-            for job_id in session.scalars(select(Job.id).where(Job.id.in_(ids[start : start + BATCH]), _WAITING))
-        }
+        waiting = _still_waiting(session, sorted(touched))
         new = {job_id for job_id in waiting if job_id not in known}
         gone = {job_id for job_id in touched - waiting if job_id in known}
         return _by_ids(session, tenancy, new), gone
@@ -196,6 +196,16 @@ class PendingFeed:
 
 BATCH = 500  # ids per IN list (SQLite binds at most 32766 parameters a statement)
 _WAITING = (Job.phase == Phase.PENDING) & Job.cancel_requested.is_(False)
+
+
+def _still_waiting(session: Session, ids: list[str]) -> set[str]:
+    """Which of `ids` wait, found by primary key (a condition on the phase too would let the
+    database scan the phase index: every waiting job)."""
+    found = set()
+    for start in range(0, len(ids), BATCH):
+        batch = select(Job.id, Job.phase, Job.cancel_requested).where(Job.id.in_(ids[start : start + BATCH]))
+        found |= {job_id for job_id, phase, cancel in session.execute(batch) if phase == Phase.PENDING and not cancel}
+    return found
 
 
 def _by_ids(session: Session, tenancy: Tenancy, ids: Collection[str]) -> list[Workload]:
