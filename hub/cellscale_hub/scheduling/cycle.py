@@ -39,7 +39,7 @@ from cellscale_hub.scheduling.resources import Amounts, capacity_of
 from cellscale_hub.scheduling.service import Service
 from cellscale_hub.scheduling.state import Cycle, claimant
 from cellscale_hub.scheduling.types import Admission, Decision, Preemption, Snapshot, Workload
-from cellscale_hub.scheduling.usage import Usage, held_per_queue
+from cellscale_hub.scheduling.usage import QuotaBook, Usage, held_per_queue
 from cellscale_hub.scheduling.why import (
     behind_reservation,
     behind_words,
@@ -130,25 +130,46 @@ def schedule(snap: Snapshot) -> Decision:
     return Run(snap, service, lines, held_per_queue(snap.holders)).run()
 
 
+@dataclass(frozen=True)
+class Fixed:
+    """What a tenancy fixes for every cycle: the quota book, the fair-share tree, each queue's
+    flavors by kind. A from-scratch cycle builds it; the engine keeps one per tenancy."""
+
+    book: QuotaBook
+    tree: FairTree
+    flavors_of: dict[str, tuple[list[str], list[str]]]
+
+    @classmethod
+    def of(cls, t: Tenancy) -> Fixed:
+        flavors_of = {cq: _by_kind(t, list(queue.quotas)) for cq, queue in t.cluster_queues.items()}
+        return cls(QuotaBook(t), FairTree.of(t), flavors_of)
+
+
 class Run:
     """One cycle over a snapshot: each queue's `Line`, the usage and fair-share use so far,
     the cycle's state and the decision being built. Its methods are the cycle's steps."""
 
     def __init__(
-        self, snap: Snapshot, service: Service, lines: dict[str, Line], held: dict[tuple[str, str], Amounts]
+        self,
+        snap: Snapshot,
+        service: Service,
+        lines: dict[str, Line],
+        held: dict[tuple[str, str], Amounts],
+        fixed: Fixed | None = None,
     ) -> None:
         t = snap.tenancy
+        fixed = fixed or Fixed.of(t)
         self.snap = snap
         self.weights = t.resource_weights
-        self.usage = Usage(t, {f: capacity_of(c) for f, c in snap.capacity.items()}, held)
-        self.tree = FairTree.of(t)
+        self.usage = Usage(t, {f: capacity_of(c) for f, c in snap.capacity.items()}, held, fixed.book)
+        self.tree = fixed.tree
         self.queue_use = dict(snap.history)
         for (cq, _), amounts in held.items():
             self.queue_use[cq] = self.queue_use.get(cq, 0.0) + amounts.weight(self.weights)
         self.lines = lines
         self.decision = Decision()
         self.cycle = Cycle(service, leaving={h.job_id: h for h in snap.holders if h.preempting})
-        self.flavors_of = {cq: _by_kind(t, list(t.cluster_queues[cq].quotas)) for cq in self.lines}
+        self.flavors_of = fixed.flavors_of
 
     def run(self) -> Decision:
         for cq in list(self.lines):

@@ -29,7 +29,7 @@ from bisect import bisect_left
 from collections.abc import KeysView
 from dataclasses import dataclass, field
 
-from cellscale_hub.scheduling.cycle import Line, Run
+from cellscale_hub.scheduling.cycle import Fixed, Line, Run
 from cellscale_hub.scheduling.fairshare import Memory
 from cellscale_hub.scheduling.placement import SiteState, Spend
 from cellscale_hub.scheduling.resources import Amounts
@@ -70,6 +70,7 @@ class Engine:
         self.backfill_depth = backfill_depth
         self.memory = Memory(half_life_s)
         self.tenancy = tenancy
+        self._fixed = Fixed.of(tenancy)  # quota book, fair-share tree, flavors: built once per tenancy
         self._service = Service(tenancy.ordering, tenancy.resource_weights, 0.0)  # levels by service alone
         self._ceilings: dict = {}  # the cycle's never-fits memos, kept while tenancy and capacity stay
         self._capacity: dict | None = None
@@ -150,6 +151,7 @@ class Engine:
         """A new tenancy (the ordering's levels may have changed): every queue re-keyed once."""
         jobs = list(self._jobs.values())
         self.tenancy, self._queues, self._keys, self._jobs, self._promotions = tenancy, {}, {}, {}, []
+        self._fixed = Fixed.of(tenancy)
         self._service = Service(tenancy.ordering, tenancy.resource_weights, 0.0)
         self._ceilings, self._capacity = {}, None
         self.add_many(jobs)
@@ -261,7 +263,7 @@ class Engine:
         }
         if capacity != self._capacity:
             self._ceilings, self._capacity = {}, dict(capacity)
-        run = Kept(snap, service, lines, self._held, self._queues, self.backfill_depth)
+        run = Kept(snap, service, lines, self._held, self._fixed, self._queues, self.backfill_depth)
         run.cycle.ceilings = self._ceilings.setdefault("ceilings", {})
         run.cycle.verdicts = self._ceilings.setdefault("verdicts", {})
         return run.run()
@@ -271,8 +273,8 @@ class Kept(Run):
     """A cycle over the engine's kept queues: the next queue from a heap of order keys, and
     backfill bounded per queue, resumed where it stopped."""
 
-    def __init__(self, snap, service, lines, held, queues: dict[str, _Queue], depth: int | None) -> None:
-        super().__init__(snap, service, lines, held)
+    def __init__(self, snap, service, lines, held, fixed: Fixed, queues: dict[str, _Queue], depth: int | None) -> None:
+        super().__init__(snap, service, lines, held, fixed)
         self.queues = queues
         self.depth = depth
         self.node_use = self.tree.node_usage(self.queue_use)

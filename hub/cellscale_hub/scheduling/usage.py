@@ -28,14 +28,12 @@ def _pooled(before: Amounts, after: Amounts, private: Amounts) -> Amounts:
     )
 
 
-class Usage:
-    """Resources held per (queue, flavor), with running totals of each tree's shared pool (so
-    a fit check costs the same however many queues share the tree) and of physical use."""
+class QuotaBook:
+    """What a tenancy fixes for the bookkeeping: each queue's tree root, its quotas per flavor,
+    the part of them it does not lend, and each tree's lendable pool. The engine keeps one per
+    tenancy; a from-scratch cycle builds its own."""
 
-    def __init__(self, tenancy: Tenancy, capacity: Mapping[str, Amounts], held: Mapping[tuple[str, str], Amounts]):
-        self.capacity = capacity
-        self.used: dict[tuple[str, str], Amounts] = defaultdict(Amounts)
-        self.physical: dict[str, Amounts] = defaultdict(Amounts)
+    def __init__(self, tenancy: Tenancy):
         self.root = {cq: tenancy.root_of(cq) for cq in tenancy.cluster_queues}
         self.quotas = {  # (queue, flavor) -> each resource's quota, None where it has none
             (cq, f): tuple(q.of(r) for r in RESOURCES)
@@ -50,6 +48,24 @@ class Usage:
             self.private[cq, flavor] = Amounts(
                 *(q.nominal - q.lendable if q is not None else UNLIMITED for q in quotas)
             )
+
+
+class Usage:
+    """Resources held per (queue, flavor), with running totals of each tree's shared pool (so
+    a fit check costs the same however many queues share the tree) and of physical use."""
+
+    def __init__(
+        self,
+        tenancy: Tenancy,
+        capacity: Mapping[str, Amounts],
+        held: Mapping[tuple[str, str], Amounts],
+        book: QuotaBook | None = None,
+    ):
+        book = book or QuotaBook(tenancy)
+        self.capacity = capacity
+        self.used: dict[tuple[str, str], Amounts] = defaultdict(Amounts)
+        self.physical: dict[str, Amounts] = defaultdict(Amounts)
+        self.root, self.quotas, self.pool_size, self.private = book.root, book.quotas, book.pool_size, book.private
         self.in_pool: dict[tuple[str, str], Amounts] = defaultdict(Amounts)  # (tree root, flavor) -> used from it
         self.borrowers: dict[tuple[str, str], set[str]] = {}  # (tree root, flavor) -> queues beyond nominal there
         for (cq, flavor), amounts in held.items():
