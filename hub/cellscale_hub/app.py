@@ -146,6 +146,13 @@ class ControlPlane(Application):
         0, help="Port to listen on; 0 picks a free one (as a hub service: from JUPYTERHUB_SERVICE_URL)."
     ).tag(config=True)
     poll_interval = Float(0.5, help="Seconds between reconcile cycles.").tag(config=True)
+    wake_gap = Float(
+        0.05,
+        min=0.0,
+        help="""Least seconds from the start of one controller cycle to the start of a cycle woken by a
+        submit, a cancel or an ended job: a flood of submits then costs one cycle per gap, not one per
+        submit. A job is admitted at most this much later; 0: every wake runs a cycle at once.""",
+    ).tag(config=True)
     admission_interval = Float(
         30.0,
         help="""Most seconds between two admission cycles when nothing changed. Admission runs at once
@@ -307,6 +314,7 @@ class ControlPlane(Application):
         """The traits the controller and the API run by, read once."""
         return Settings(
             interval=self.poll_interval,
+            wake_gap_s=self.wake_gap,
             preemption_grace_s=self.preemption_grace,
             fair_share_half_life_s=self.fair_share_half_life,
             heartbeat_timeout_s=self.heartbeat_timeout,

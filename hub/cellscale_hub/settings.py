@@ -14,6 +14,9 @@ class Settings:
     reconcilers run by, and what the API reports."""
 
     interval: float = 0.5  # seconds between reconcile cycles
+    # a wake (a submit, a cancel) within wake_gap_s of the last cycle's start waits for the rest of
+    # it: a flood of submits runs a cycle per gap, not one per submit
+    wake_gap_s: float = 0.05
     launches_per_cycle: int = 16  # a burst of submits must not starve polls and cancels
     preemption_grace_s: float = 30.0  # from a victim's warning to its stop: its time to checkpoint
     fair_share_half_life_s: float = 3600.0

@@ -118,6 +118,9 @@ class Controller:
                 log.exception("reconcile cycle failed")
             self.metrics.cycle.observe(time.perf_counter() - began)
             self._wake.wait(self.settings.interval)
+            rest = self.settings.wake_gap_s - (time.perf_counter() - began)
+            if rest > 0:
+                self._stop.wait(rest)  # the wakes of a flood of submits share one cycle
 
     # -- one cycle -------------------------------------------------------------------------
     def cycle(self) -> None:

@@ -9,6 +9,7 @@ What it keeps, and what changes it (no I/O: the controller and the replays feed 
   the order follows the clock by time stamp, never by re-sorting a queue;
 - the holders, and what they hold per (queue, flavor), by deltas (`hold`, `release`);
 - each queue's recent use, decayed lazily (`fairshare.Memory`);
+- what the tenancy fixes for every cycle (`cycle.Fixed`: quota book, fair-share tree, flavors);
 - where backfill stopped in each queue: a cycle looks at no more than `backfill_depth` jobs
   behind a queue's first waiting job and the next cycle resumes at the first one it did not
   reach (Slurm's bf_max_job_test and bf_continue); the jobs it did not reach wait in order with
