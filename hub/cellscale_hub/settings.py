@@ -26,6 +26,9 @@ class Settings:
     # admission runs when something it decides on changed, else every admission_interval_s
     # (fair share decays, estimates age)
     admission_interval_s: float = 30.0
+    # the change feed of waiting jobs is diffed against every waiting id this often, as a safety
+    # net (a change that wrote no event); between, admission reads only new events
+    pending_resync_s: float = 600.0
     backfill_depth: int | None = 100  # jobs a cycle looks at behind a queue's first waiting one (bf_max_job_test)
     # sites: an attempt that never started on a backend whose scheduler stopped answering moves
     # elsewhere after site_lost_timeout_s; a cloud pool that had no capacity or reclaimed a node

@@ -121,13 +121,13 @@ class Admitter:
     def _kept(self, session, tenancy: Tenancy) -> Engine:
         """The engine, brought up to date: built in one pass on the first cycle and after a
         tenancy change; else fed the waiting jobs that changed since the last cycle, with a
-        full diff every admission_interval_s as a safety net."""
+        full diff every pending_resync_s as a safety net."""
         if self._engine is None or self._engine_revision != self.tenancy.revision:
             self._engine = Engine(tenancy, self.settings.backfill_depth)
             self._engine_revision = self.tenancy.revision
             self._feed = usage.PendingFeed()
         engine = self._engine
-        resync = time.monotonic() - self._resynced_at > self.settings.admission_interval_s
+        resync = time.monotonic() - self._resynced_at > self.settings.pending_resync_s
         read = self._feed.full if resync else self._feed.since
         new, gone = read(session, tenancy, engine.waiting_ids())
         if resync:
