@@ -7,7 +7,8 @@ What it keeps, and what changes it (no I/O: the controller and the replays feed 
   `remove` are a binary search and a list insert;
 - when each waiting job above level 0 is promoted back to it (`Service.promoted`): a heap, so
   the order follows the clock by time stamp, never by re-sorting a queue;
-- the holders, and what they hold per (queue, flavor), by deltas (`hold`, `release`);
+- the holders, what they hold per (queue, flavor), and each flavor's holders in order of
+  their ends (a blocked head's start estimate reads them), by deltas (`hold`, `release`);
 - each queue's recent use, decayed lazily (`fairshare.Memory`);
 - what the tenancy fixes for every cycle (`cycle.Fixed`: quota book, fair-share tree, flavors);
 - where backfill stopped in each queue: a cycle looks at no more than `backfill_depth` jobs
@@ -26,7 +27,7 @@ the real trace.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import KeysView
 from dataclasses import dataclass, field
 
@@ -35,7 +36,7 @@ from cellscale_hub.scheduling.fairshare import Memory
 from cellscale_hub.scheduling.placement import SiteState, Spend
 from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.scheduling.service import HOUR, Service
-from cellscale_hub.scheduling.types import Decision, Holder, Snapshot, Workload
+from cellscale_hub.scheduling.types import Decision, Holder, Snapshot, Workload, end_of
 from cellscale_hub.scheduling.why import queued
 from cellscale_hub.tenancy import Tenancy
 
@@ -80,6 +81,7 @@ class Engine:
         self._jobs: dict[str, Workload] = {}
         self._promotions: list[tuple[float, str]] = []  # (when, job id) for jobs above level 0
         self._holders: dict[str, Holder] = {}
+        self._by_end: dict[str, list[tuple[float, str, Holder]]] = {}  # flavor -> its holders by end
         self._held: dict[tuple[str, str], Amounts] = {}
 
     # -- the waiting -----------------------------------------------------------------------
@@ -199,15 +201,22 @@ class Engine:
         old = self._holders.get(holder.job_id)
         if old is not None:
             self._count(old, -1)
+            self._unsort(old)
         self._holders[holder.job_id] = holder
         self._count(holder, 1)
+        insort(self._by_end.setdefault(holder.flavor, []), (end_of(holder), holder.job_id, holder))
 
     def release(self, job_id: str, ended: float) -> Holder | None:
         """A holder's attempt ended at `ended`: its quota is free, its use is history."""
         holder = self._holders.pop(job_id, None)
         if holder is not None:
             self._count(holder, -1, ended)
+            self._unsort(holder)
         return holder
+
+    def _unsort(self, holder: Holder) -> None:
+        ordered = self._by_end[holder.flavor]
+        del ordered[bisect_left(ordered, (end_of(holder), holder.job_id))]
 
     def _count(self, holder: Holder, sign: int, ended: float | None = None) -> None:
         """Add (sign 1) or take away (-1) what the holder holds, and its running use; taken away
@@ -267,6 +276,7 @@ class Engine:
         run = Kept(snap, service, lines, self._held, self._fixed, self._queues, self.backfill_depth)
         run.cycle.ceilings = self._ceilings.setdefault("ceilings", {})
         run.cycle.verdicts = self._ceilings.setdefault("verdicts", {})
+        run.cycle.by_end = self._by_end
         return run.run()
 
 

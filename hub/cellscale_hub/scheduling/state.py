@@ -6,6 +6,7 @@ claims a flavor (`claimant`) and when the jobs in the way have ended (`estimate`
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from cellscale.vocabulary import PendingCode
 from cellscale_hub.scheduling.ceiling import Ceiling, limits, over
 from cellscale_hub.scheduling.service import Service
-from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload, end_of
 from cellscale_hub.scheduling.usage import Usage
 
 
@@ -35,6 +36,8 @@ class Cycle:
     on_queue: dict[str, dict[str, list[Holder]]] = field(default_factory=dict)  # memo: flavor -> queue -> holders
     freeing: dict[tuple, tuple[list[float], list[int]]] = field(default_factory=dict)  # memo: see ends_in_the_way
     holding: dict[tuple[str, int], dict[str, list[Holder]]] = field(default_factory=dict)  # memo: see holding_on
+    # each flavor's holders as (end, job id, holder) in order, when the caller keeps them so (the engine)
+    by_end: dict[str, list[tuple[float, str, Holder]]] | None = None
 
     def holders_on(self, snap: Snapshot, flavor: str) -> list[Holder]:
         if self.on_flavor is None:
@@ -88,14 +91,18 @@ class Cycle:
         )
         key = (flavor, i, code is PendingCode.QuotaExhausted, scope)
         if key not in self.freeing:
-            found = [h for held in self.in_the_way(snap, usage, cq, flavor, code, i).values() for h in held]
-            found.sort(key=_end)
-            ends = [_end(h) for h in found]
-            freed = [0] * len(found)
-            total = 0
-            for n, h in enumerate(found):
-                total += h.demand[i]
-                freed[n] = total
+            if code is PendingCode.QuotaExhausted or self.by_end is None:
+                held = self.in_the_way(snap, usage, cq, flavor, code, i).values()
+                found = sorted(((end_of(h), h.demand[i]) for hs in held for h in hs), key=_first)
+            else:  # the flavor's or the tree's holders, from the flavor's kept in order of their ends
+                root = usage.root.get
+                found = [
+                    (end, h.demand[i])
+                    for end, _, h in self.by_end.get(flavor, ())
+                    if h.demand[i] and (scope is None or root(h.cluster_queue) == scope)
+                ]
+            ends = [end for end, _ in found]
+            freed = list(itertools.accumulate(amount for _, amount in found))
             self.freeing[key] = ends, freed
         return self.freeing[key]
 
@@ -133,8 +140,8 @@ def claimant(usage: Usage, cycle: Cycle, job: Workload, flavor: str) -> Workload
     return head
 
 
-def _end(h: Holder) -> float:
-    return math.inf if h.ends_by is None else h.ends_by
+def _first(pair: tuple) -> float:
+    return pair[0]
 
 
 def estimate(

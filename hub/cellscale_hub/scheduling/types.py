@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -63,6 +64,11 @@ class Holder:
     @cached_property
     def demand(self) -> Amounts:
         return Amounts(self.gpus, self.cpus, self.memory)
+
+
+def end_of(holder: Holder) -> float:
+    """When the holder's quota is free at the latest (its time limit), inf when unknown."""
+    return math.inf if holder.ends_by is None else holder.ends_by
 
 
 @dataclass(frozen=True)
