@@ -287,9 +287,20 @@ class Ordering(Strict):
         return self
 
 
+SHORT_WORK_SHARE = 0.1  # the default short-work share of a cohort tree: a tenth of its GPUs
+
+
 class Cohort(Strict):
     parent: str | None = None
     weight: float = Field(1.0, gt=0, description="Fair-share weight among its siblings.")
+    short_work_share: float = Field(
+        SHORT_WORK_SHARE,
+        ge=0,
+        le=1,
+        exclude_if=lambda value: value == SHORT_WORK_SHARE,
+        description="On a tree's root cohort: the fraction of its GPUs (nominal, per flavor) that level-0 work of any "
+        "desk may use on idle GPUs beyond its desk's quota, not reclaimed while it stays at level 0. 0: off.",
+    )
 
 
 class ClusterQueue(Strict):
@@ -350,6 +361,11 @@ class Tenancy(Strict):
                 raise ValueError(f"cohort {name!r}: parent {cohort.parent!r} is not a cohort")
         for name in self.cohorts:
             self._cohort_path(name)  # raises on a cycle
+        for name, cohort in self.cohorts.items():
+            if cohort.parent is not None and "short_work_share" in cohort.model_fields_set:
+                raise ValueError(
+                    f"cohort {name!r}: set short_work_share on its tree's root {self._cohort_path(name)[0]!r}"
+                )
         for name, cq in self.cluster_queues.items():
             if cq.cohort is not None and cq.cohort not in self.cohorts:
                 raise ValueError(f"cluster queue {name!r}: cohort {cq.cohort!r} is not defined")

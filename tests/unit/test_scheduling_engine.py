@@ -41,6 +41,12 @@ def firm(ordering: Ordering = ORDERING) -> Tenancy:
     return t.model_copy(update={"ordering": ordering})
 
 
+def without_short_share(t: Tenancy) -> Tenancy:
+    """The same firm with no short-work share (a test of something else)."""
+    cohorts = {name: c.model_copy(update={"short_work_share": 0.0}) for name, c in t.cohorts.items()}
+    return t.model_copy(update={"cohorts": cohorts})
+
+
 class Churn:
     """Random arrivals, starts, checkpoints, preemptions and ends, fed alike to the engine and
     to the oracle's snapshot; `step` runs one cycle of each."""
@@ -86,7 +92,16 @@ class Churn:
         for a in decision.admit:
             job = self.pending.pop(a.job_id)
             self.engine.remove(a.job_id)
-            h = Holder(job.job_id, job.cluster_queue, a.flavor, job.gpus, job.priority, self.now, tenant="t")
+            h = Holder(
+                job.job_id,
+                job.cluster_queue,
+                a.flavor,
+                job.gpus,
+                job.priority,
+                self.now,
+                tenant="t",
+                short_share=a.short_share,
+            )
             h = dataclasses.replace(h, attained=job.attained, ends_by=self.now + (job.time_limit_s or 1e9))
             self.holders[h.job_id] = h
             self.engine.hold(h)
@@ -158,7 +173,7 @@ def test_a_job_above_level_0_moves_to_the_front_when_promoted_by_time_stamp():
 
 
 def test_backfill_looks_at_a_bounded_number_of_jobs_and_resumes_where_it_stopped():
-    t = firm(Ordering(reserve_after_minutes=0))
+    t = without_short_share(firm(Ordering(reserve_after_minutes=0)))
     engine = Engine(t, backfill_depth=2)
     head = Workload("head", "a", 16, 0, 0.0, tenant="t")  # its quota and the pool: 21; 4 free: it reserves
     behind = [Workload(f"b{i}", "a", 2, 0, float(i + 1), tenant="t", time_limit_s=HOUR) for i in range(6)]

@@ -38,8 +38,8 @@ from cellscale_hub.scheduling.preemption import make_room, victim_reason
 from cellscale_hub.scheduling.resources import Amounts, capacity_of
 from cellscale_hub.scheduling.service import Service
 from cellscale_hub.scheduling.state import Cycle, claimant
-from cellscale_hub.scheduling.types import Admission, Decision, Preemption, Snapshot, Workload
-from cellscale_hub.scheduling.usage import QuotaBook, Usage, held_per_queue
+from cellscale_hub.scheduling.types import Admission, Decision, Holder, Preemption, Snapshot, Workload
+from cellscale_hub.scheduling.usage import QuotaBook, Usage, held_per_queue, on_short_share
 from cellscale_hub.scheduling.why import (
     behind_reservation,
     behind_words,
@@ -156,6 +156,7 @@ class Run:
         lines: dict[str, Line],
         held: dict[tuple[str, str], Amounts],
         fixed: Fixed | None = None,
+        on_short: Iterable[Holder] | None = None,
     ) -> None:
         t = snap.tenancy
         fixed = fixed or Fixed.of(t)
@@ -170,6 +171,9 @@ class Run:
         self.decision = Decision()
         self.cycle = Cycle(service, leaving={h.job_id: h for h in snap.holders if h.preempting})
         self.flavors_of = fixed.flavors_of
+        # GPUs each tree's short-work share lends now (`on_short`: the holders admitted on it,
+        # when the caller keeps them apart; else found among all holders)
+        self.on_short = self.usage.off_quota(on_short_share(snap.holders if on_short is None else on_short, service))
 
     def run(self) -> Decision:
         for cq in list(self.lines):
@@ -195,10 +199,25 @@ class Run:
             decision.pending[job.job_id] = held
             return True
         usable = line.usable(job, flavors, snap.now)
-        if not usable or line.hopeless(job, usable):
+        if not usable or (line.hopeless(job, usable) and self.on_short_share(job, usable) is None):
             self.wait_behind(line, job, flavors, usable)
             return True
         return False
+
+    def on_short_share(self, job: Workload, flavors: list[str]) -> str | None:
+        """The first flavor where the job may start on its tree's short-work share: it has
+        received less service than the first level, its GPUs are physically idle there, and the
+        share lends fewer than its size allows (`Cohort.short_work_share`). No claim of a blocked
+        head holds it back: what the share lends is bounded, and so is how long it lends it."""
+        if not job.gpus or self.cycle.service.level(job.attained):
+            return None
+        usage = self.usage
+        tree = usage.root.get(job.cluster_queue)
+        for f in flavors:
+            room = usage.short_room.get((tree, f), 0) - self.on_short.get((tree, f), 0)
+            if job.gpus <= room and usage.has(job.cluster_queue, f) and usage.idle_fits(f, job.demand):
+                return f
+        return None
 
     def next_of(self, cq: str) -> None:
         """On to the queue's next job that may start now; the queue leaves when none is left."""
@@ -233,12 +252,16 @@ class Run:
         usable = line.usable(job, flavors, snap.now)
         offers = site_offers(snap, usage, job, usable, cycle) if across_sites(snap, usable) else None
         best = choose(offers) if offers else None
+        short = False
         if offers is None:
             flavor = _choose_flavor(usage, job, usable, cycle)
+            if flavor is None:
+                flavor = self.on_short_share(job, usable)
+                short = flavor is not None
         else:
             flavor = best.flavor if best is not None and best.fits_now else None
         if flavor is not None:
-            self.admit(cq, job, flavor, best, offers)
+            self.admit(cq, job, flavor, best, offers, short)
             self.next_of(cq)
             return
         if offers is not None:
@@ -251,14 +274,27 @@ class Run:
             return
         self.head_waits(cq, line, job, usable, best, offers)
 
-    def admit(self, cq: str, job: Workload, flavor: str, best: Offer | None, offers: list[Offer] | None) -> None:
+    def admit(
+        self,
+        cq: str,
+        job: Workload,
+        flavor: str,
+        best: Offer | None,
+        offers: list[Offer] | None,
+        short: bool = False,
+    ) -> None:
+        """`short`: on its tree's short-work share (`on_short_share`), beyond its desk's quota."""
         usage, cycle = self.usage, self.cycle
-        usage.add(cq, flavor, job.demand)
+        if short:
+            usage.physical[flavor] = usage.physical[flavor].plus(job.demand)
+            self.on_short[usage.root[cq], flavor] += job.gpus
+        else:
+            usage.add(cq, flavor, job.demand)
         self.queue_use[cq] = self.queue_use.get(cq, 0.0) + job.demand.weight(self.weights)
         placed = placed_words(self.snap, job, best, offers, cycle) if offers else None
         if offers and best.cloud:
             cycle.spent[job.tenant] = cycle.spent.get(job.tenant, 0.0) + best.total_usd
-        self.decision.admit.append(Admission(job.job_id, flavor, usage.borrowed(cq, flavor), placed))
+        self.decision.admit.append(Admission(job.job_id, flavor, usage.borrowed(cq, flavor), placed, short))
 
     def head_waits(
         self, cq: str, line: Line, job: Workload, usable: list[str], best: Offer | None, offers: list[Offer] | None

@@ -83,6 +83,8 @@ class Engine:
         self._holders: dict[str, Holder] = {}
         self._by_end: dict[str, list[tuple[float, str, Holder]]] = {}  # flavor -> its holders by end
         self._held: dict[tuple[str, str], Amounts] = {}
+        self._short: dict[str, Holder] = {}  # the holders admitted on a short-work share
+        self._lent: set[str] = set()  # flavors whose list of holders by end the last cycle's reasons read
 
     # -- the waiting -----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -203,20 +205,36 @@ class Engine:
             self._count(old, -1)
             self._unsort(old)
         self._holders[holder.job_id] = holder
+        if holder.short_share:
+            self._short[holder.job_id] = holder
+        else:
+            self._short.pop(holder.job_id, None)
         self._count(holder, 1)
-        insort(self._by_end.setdefault(holder.flavor, []), (end_of(holder), holder.job_id, holder))
+        insort(self._ordered(holder.flavor), (end_of(holder), holder.job_id, holder))
 
     def release(self, job_id: str, ended: float) -> Holder | None:
         """A holder's attempt ended at `ended`: its quota is free, its use is history."""
         holder = self._holders.pop(job_id, None)
+        self._short.pop(job_id, None)
         if holder is not None:
             self._count(holder, -1, ended)
             self._unsort(holder)
         return holder
 
     def _unsort(self, holder: Holder) -> None:
-        ordered = self._by_end[holder.flavor]
+        ordered = self._ordered(holder.flavor)
         del ordered[bisect_left(ordered, (end_of(holder), holder.job_id))]
+
+    def _ordered(self, flavor: str) -> list[tuple[float, str, Holder]]:
+        """The flavor's holders by end, to change: copied first when the last cycle's reasons
+        may still read them (they are built when asked, after the caller applied the decision)."""
+        ordered = self._by_end.get(flavor)
+        if ordered is None:
+            ordered = self._by_end[flavor] = []
+        elif flavor in self._lent:
+            ordered = self._by_end[flavor] = list(ordered)
+            self._lent.discard(flavor)
+        return ordered
 
     def _count(self, holder: Holder, sign: int, ended: float | None = None) -> None:
         """Add (sign 1) or take away (-1) what the holder holds, and its running use; taken away
@@ -273,10 +291,12 @@ class Engine:
         }
         if capacity != self._capacity:
             self._ceilings, self._capacity = {}, dict(capacity)
-        run = Kept(snap, service, lines, self._held, self._fixed, self._queues, self.backfill_depth)
+        short = self._short.values()
+        run = Kept(snap, service, lines, self._held, self._fixed, self._queues, self.backfill_depth, short)
         run.cycle.ceilings = self._ceilings.setdefault("ceilings", {})
         run.cycle.verdicts = self._ceilings.setdefault("verdicts", {})
-        run.cycle.by_end = self._by_end
+        run.cycle.by_end = dict(self._by_end)
+        self._lent = set(self._by_end)
         return run.run()
 
 
@@ -284,8 +304,10 @@ class Kept(Run):
     """A cycle over the engine's kept queues: the next queue from a heap of order keys, and
     backfill bounded per queue, resumed where it stopped."""
 
-    def __init__(self, snap, service, lines, held, fixed: Fixed, queues: dict[str, _Queue], depth: int | None) -> None:
-        super().__init__(snap, service, lines, held, fixed)
+    def __init__(
+        self, snap, service, lines, held, fixed: Fixed, queues: dict[str, _Queue], depth: int | None, on_short
+    ) -> None:
+        super().__init__(snap, service, lines, held, fixed, on_short)
         self.queues = queues
         self.depth = depth
         self.node_use = self.tree.node_usage(self.queue_use)
@@ -320,8 +342,8 @@ class Kept(Run):
             version = self.version[cq] = version + 1
             heapq.heapreplace(heap, (true, version, cq))
 
-    def admit(self, cq, job, flavor, best, offers) -> None:
-        super().admit(cq, job, flavor, best, offers)
+    def admit(self, cq, job, flavor, best, offers, short=False) -> None:
+        super().admit(cq, job, flavor, best, offers, short)
         self.node_use = self.tree.node_usage(self.queue_use)  # as the oracle computes it: the same floats
 
     def advance(self, cq: str, line: Line) -> bool:

@@ -52,7 +52,7 @@ def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle:
     for q, held in cycle.holders_by_queue(snap, flavor).items():
         if q == cq:
             for h in held:
-                if h.preempting or h.job_id in cycle.taken:
+                if _spared(h, cycle):
                     continue
                 if h.priority < job.priority:
                     out.append(h)  # priority preemption within the queue
@@ -62,13 +62,19 @@ def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle:
             usage.root.get(q) == usage.root[cq] and usage.is_borrowing(q, flavor)
         ):
             for h in held:
-                if h.preempting or h.job_id in cycle.taken:
+                if _spared(h, cycle):
                     continue
                 if within_nominal:
                     out.append(h)  # reclaim what was lent
                 elif h.priority <= job.priority and cycle.service.victim_for(h, level):
                     out.append(h)  # a loan to work of a higher level goes to less-served work (borrowWithinCohort)
     return out
+
+
+def _spared(h: Holder, cycle: Cycle) -> bool:
+    """Not a candidate: already leaving or promised, or on a short-work share while it stays at
+    level 0 (what that share lends is bounded, and so is how long it lends it)."""
+    return h.preempting or h.job_id in cycle.taken or (h.short_share and cycle.service.of_holder(h) == 0)
 
 
 def _loss(snap: Snapshot, usage: Usage, h: Holder):

@@ -59,6 +59,13 @@ class Service:
     def of_holder(self, holder) -> int:
         return self.level(self.received(holder))
 
+    def level_zero_left(self, holder) -> float:
+        """Seconds until a holder passes level 0 at its current size (0 when it has)."""
+        if not self.thresholds_s:
+            return 0.0
+        left = self.thresholds_s[0] - self.received(holder)
+        return max(0.0, left / max(holder.demand.weight(self.weights), 1e-9))
+
     def reserves(self, job) -> bool:
         """A waiting head reserves its flavor (nothing behind it starts there) once it has
         waited `reserve_after_minutes`, or always when backfill is off."""

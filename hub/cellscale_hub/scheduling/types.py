@@ -60,6 +60,7 @@ class Holder:
     preemptions: int = 0  # how often it was preempted so far
     owner: str = ""  # who submitted it: a reason says "alice's job big1" (the API: "your job big1")
     name: str = ""  # its JobSpec.name
+    short_share: bool = False  # admitted on its tree's short-work share (not reclaimed while at level 0)
 
     @cached_property
     def demand(self) -> Amounts:
@@ -92,6 +93,7 @@ class Admission:
     flavor: str
     borrowed: int  # GPUs beyond its queue's nominal quota, at admission
     placed: str | None = None  # why this site, in words, when it had a choice of sites
+    short_share: bool = False  # beyond its desk's quota, on its tree's short-work share
 
 
 @dataclass(frozen=True)

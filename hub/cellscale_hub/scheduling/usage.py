@@ -5,11 +5,13 @@ however many queues share a tree.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from cellscale.vocabulary import PendingCode, Resource
 from cellscale_hub.scheduling.resources import RESOURCES, UNLIMITED, Amounts
+from cellscale_hub.scheduling.service import Service
 from cellscale_hub.scheduling.types import Holder
 from cellscale_hub.tenancy import Tenancy
 
@@ -48,6 +50,29 @@ class QuotaBook:
             self.private[cq, flavor] = Amounts(
                 *(q.nominal - q.lendable if q is not None else UNLIMITED for q in quotas)
             )
+        self.short_room = _short_rooms(tenancy, self.root, self.quotas)
+
+
+def _short_rooms(tenancy: Tenancy, root: dict[str, str], quotas: dict) -> dict[tuple[str, str], int]:
+    """(tree root, flavor) -> the GPUs of the tree's short-work share there: its root cohort's
+    `short_work_share` of the nominal GPUs of the tree's queues on the flavor (trees only: a
+    queue without a cohort has no one to share with)."""
+    nominal: dict[tuple[str, str], int] = defaultdict(int)
+    for (cq, flavor), quota in quotas.items():
+        if quota[0] is not None and root[cq].startswith("cohort:"):
+            nominal[root[cq], flavor] += quota[0].nominal
+    rooms = {}
+    for (tree, flavor), gpus in nominal.items():
+        room = math.floor(tenancy.cohorts[tree.partition(":")[2]].short_work_share * gpus)
+        if room:
+            rooms[tree, flavor] = room
+    return rooms
+
+
+def on_short_share(holders: Iterable[Holder], service: Service) -> list[Holder]:
+    """The holders a short-work share lends GPUs to now: admitted on it and still at level 0
+    (past it, they are borrowed work like any other)."""
+    return [h for h in holders if h.short_share and service.of_holder(h) == 0]
 
 
 class Usage:
@@ -66,6 +91,7 @@ class Usage:
         self.used: dict[tuple[str, str], Amounts] = defaultdict(Amounts)
         self.physical: dict[str, Amounts] = defaultdict(Amounts)
         self.root, self.quotas, self.pool_size, self.private = book.root, book.quotas, book.pool_size, book.private
+        self.short_room = book.short_room
         self.in_pool: dict[tuple[str, str], Amounts] = defaultdict(Amounts)  # (tree root, flavor) -> used from it
         self.borrowers: dict[tuple[str, str], set[str]] = {}  # (tree root, flavor) -> queues beyond nominal there
         for (cq, flavor), amounts in held.items():
@@ -138,10 +164,26 @@ class Usage:
     def fits(self, cq: str, flavor: str, demand: Amounts) -> bool:
         return self.short(cq, flavor, demand) is None
 
+    def off_quota(self, holders: Iterable[Holder]) -> dict[tuple[str, str], int]:
+        """Holders on a short-work share count physically only, not in their queue's quota
+        (what the desk holds within its quota stays its own); returns the GPUs each
+        (tree root, flavor) share lends."""
+        lent: dict[tuple[str, str], int] = defaultdict(int)
+        for h in holders:
+            self.add(h.cluster_queue, h.flavor, Amounts().minus(h.demand))
+            self.physical[h.flavor] = self.physical[h.flavor].plus(h.demand)
+            lent[self.root.get(h.cluster_queue, ""), h.flavor] += h.gpus
+        return lent
+
+    def idle_fits(self, flavor: str, demand: Amounts) -> bool:
+        """The flavor has `demand` physically idle, whatever the quotas."""
+        capacity, physical = self.capacity.get(flavor, _NONE), self.physical[flavor]
+        return all(physical[i] + demand[i] <= capacity[i] for i in _INDEXES)
+
     def without(self, victims: Iterable[Holder]) -> Usage:
         copy = Usage.__new__(Usage)
         copy.capacity, copy.root, copy.pool_size = self.capacity, self.root, self.pool_size
-        copy.quotas, copy.private = self.quotas, self.private
+        copy.quotas, copy.private, copy.short_room = self.quotas, self.private, self.short_room
         copy.used, copy.physical = defaultdict(Amounts, self.used), defaultdict(Amounts, self.physical)
         copy.in_pool = defaultdict(Amounts, self.in_pool)
         copy.borrowers = {key: set(queues) for key, queues in self.borrowers.items()}

@@ -128,10 +128,10 @@ def blocked_reason(snap: Snapshot, usage: Usage, job: Workload, flavors: list[st
     needs = job.demand[i]
     holders = _first_in_the_way(snap, usage, job, flavor, code, i, cycle)
     details = _blocked_words(usage, job, flavor, resource, available, code)
-    ahead = tuple(ahead_of(h, _why(usage, h, cq, i), i) for h in holders[:MAX_AHEAD])
+    ahead = tuple(ahead_of(h, _why(usage, h, cq, i, cycle.service), i) for h in holders[:MAX_AHEAD])
     if ahead:
         details += "; held by " + ", ".join(f"{a.job_id} ({a.cluster_queue}, {a.holds}, {a.why})" for a in ahead[:3])
-    message = f"{_headline(usage, job, flavor, resource, available, code, holders)}. Details: {details}"
+    message = f"{_headline(usage, job, flavor, resource, available, code, holders, cycle.service)}. Details: {details}"
     return PendingReason(
         code,
         message,
@@ -153,6 +153,7 @@ def _headline(
     available: int,
     code: PendingCode,
     holders: list[Holder],
+    service: Service,
 ) -> str:
     """The first sentence, in a researcher's words: what it waits for and who has it ("waiting
     for 4 GPUs at once, 0 free to it: your job big1 holds 4 of the desk's GPUs"); quota trees
@@ -169,7 +170,9 @@ def _headline(
         return f"{start}: the {noun} its desk may use {are} in use"
     h = holders[0]
     amount = str(h.demand[i]) if resource is not Resource.memory else amount_words(resource, h.demand[i])
-    if h.cluster_queue == job.cluster_queue:
+    if _lent_short(h, service):
+        holds = f"({h.tenant or h.cluster_queue}) holds {amount} {noun} {_why(usage, h, job.cluster_queue, i, service)}"
+    elif h.cluster_queue == job.cluster_queue:
         holds = f"holds {amount} of the desk's {noun}"
     elif code is PendingCode.CapacityFull:
         holds = f"({h.tenant or h.cluster_queue}) holds {amount} of the {flavor} {noun}"
@@ -224,11 +227,24 @@ def _first_in_the_way(
     queues = cycle.in_the_way(snap, usage, job.cluster_queue, flavor, code, i)
     borrowed = {q: usage.borrowed(q, flavor, i) for q in queues}
     firsts = [h for held in queues.values() for h in held[:MAX_AHEAD]]
-    return heapq.nsmallest(MAX_AHEAD, firsts, key=lambda h: (-borrowed[h.cluster_queue], -h.demand[i], h.job_id))
+    service = cycle.service
+    return heapq.nsmallest(
+        MAX_AHEAD,
+        firsts,
+        key=lambda h: (not _lent_short(h, service), -borrowed[h.cluster_queue], -h.demand[i], h.job_id),
+    )
 
 
-def _why(usage: Usage, h: Holder, cq: str, i: int = 0) -> str:
-    """Why `h` holds what is in the way: borrowing only when its queue borrows that resource."""
+def _lent_short(h: Holder, service: Service) -> bool:
+    """It holds GPUs a short-work share lends (beyond its desk's quota, at level 0)."""
+    return h.short_share and service.of_holder(h) == 0
+
+
+def _why(usage: Usage, h: Holder, cq: str, i: int, service: Service) -> str:
+    """Why `h` holds what is in the way: borrowing only when its queue borrows that resource;
+    on the short-work share, until when it cannot be reclaimed."""
+    if _lent_short(h, service):
+        return f"on the short-work share, reclaimable in {_minutes(service.level_zero_left(h))}"
     if usage.borrowed(h.cluster_queue, h.flavor, i):
         return "borrowing"
     return "same queue" if h.cluster_queue == cq else "within its quota"

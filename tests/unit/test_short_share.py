@@ -1,0 +1,128 @@
+"""The short-work share (`Cohort.short_work_share`): level-0 work of any desk may use idle GPUs
+of its tree beyond its desk's quota, up to a fraction of the tree; such a job is not reclaimed
+while it stays at level 0, and is borrowed work like any other once it passes it."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from cellscale_hub.scheduling.cycle import schedule
+from cellscale_hub.scheduling.engine import Engine
+from cellscale_hub.scheduling.service import HOUR
+from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
+from cellscale_hub.tenancy import Tenancy
+
+NOW = 10 * HOUR
+
+
+def desks(share: float | None = None, a_limit: int = 0) -> Tenancy:
+    """Desk a (8 GPUs, may borrow `a_limit`) and desk b (12) share a cohort of 20 GPUs: with
+    the default share of 0.1, 2 GPUs of short work may go beyond a desk's quota."""
+    cohort = {} if share is None else {"short_work_share": share}
+    return Tenancy.model_validate(
+        {
+            "flavors": {"gpu": {"backend": "local"}},
+            "cohorts": {"firm": cohort},
+            "cluster_queues": {
+                "a": {"cohort": "firm", "quotas": {"gpu": {"nominal": 8, "borrowing_limit": a_limit}}},
+                "b": {"cohort": "firm", "quotas": {"gpu": {"nominal": 12}}},
+            },
+            "tenants": {d: {"queues": {"default": {"cluster_queue": d}}} for d in "ab"},
+        }
+    )
+
+
+def job(job_id: str, cq: str, gpus: int, attained_gpu_h: float = 0.0) -> Workload:
+    return Workload(job_id, cq, gpus, submitted=NOW - 60, tenant=cq, attained=attained_gpu_h * HOUR, queued_at=NOW - 60)
+
+
+def holder(job_id: str, cq: str, gpus: int, ran_h: float = 0.1, short: bool = False, ckpt_ago_s: float = 60) -> Holder:
+    started = NOW - ran_h * HOUR
+    return Holder(job_id, cq, "gpu", gpus, 0, started, NOW - ckpt_ago_s, tenant=cq, short_share=short)
+
+
+def decide(t: Tenancy, pending, holders, capacity: int = 20):
+    return schedule(Snapshot(t, {"gpu": capacity}, tuple(holders), tuple(pending), {}, NOW))
+
+
+A_FULL = [holder("a-run", "a", 8, ran_h=5)]  # desk a at its quota (it may not borrow)
+
+
+@pytest.mark.parametrize(
+    "case, t, pending, holders, capacity, expect",
+    [
+        ("level 0 beyond its quota on idle GPUs", desks(), [job("s", "a", 1)], A_FULL, 20, ["s"]),
+        ("up to the share, not beyond", desks(), [job("s1", "a", 1), job("s2", "a", 2)], A_FULL, 20, ["s1"]),
+        ("larger than the share", desks(), [job("big", "a", 4)], A_FULL, 20, []),
+        ("not at level 0", desks(), [job("old", "a", 1, attained_gpu_h=2)], A_FULL, 20, []),
+        ("share off", desks(share=0), [job("s", "a", 1)], A_FULL, 20, []),
+        ("no idle GPUs", desks(), [job("s", "a", 1)], [*A_FULL, holder("b-run", "b", 12)], 20, []),
+        ("the backend is short", desks(), [job("s", "a", 1)], A_FULL, 8, []),
+        (
+            "the share lends 2 already",
+            desks(),
+            [job("s", "a", 1)],
+            [*A_FULL, holder("x", "a", 2, ran_h=0.1, short=True)],
+            20,
+            [],
+        ),
+        (
+            "a holder past level 0 no longer counts",
+            desks(),
+            [job("s", "a", 1)],
+            [*A_FULL, holder("x", "a", 2, ran_h=1.0, short=True)],
+            20,
+            ["s"],
+        ),
+    ],
+)
+def test_who_starts_on_the_short_work_share(case, t, pending, holders, capacity, expect):
+    decision = decide(t, pending, holders, capacity)
+    assert [a.job_id for a in decision.admit] == expect, case
+    assert all(a.short_share for a in decision.admit), case
+
+
+def test_a_job_within_its_quota_or_borrowing_normally_is_not_on_the_share():
+    decision = decide(desks(a_limit=4), [job("s", "a", 1)], A_FULL)
+    assert [(a.job_id, a.short_share, a.borrowed) for a in decision.admit] == [("s", False, 1)]
+
+
+def test_a_lender_does_not_reclaim_a_job_on_the_share_while_it_is_at_level_0():
+    holders = [*A_FULL, holder("short", "a", 2, ran_h=0.1, short=True), holder("b-run", "b", 8)]
+    decision = decide(desks(), [job("lender", "b", 4)], holders)
+    assert decision.admit == [] and decision.preempt == []
+    reason = decision.pending["lender"]
+    assert reason.ahead[0].job_id == "short"  # 2 GPUs x 0.1 h received: 0.8 GPU-hours left at 2 GPUs
+    assert reason.ahead[0].why == "on the short-work share, reclaimable in 24 min"
+    assert "job short (a) holds 2 GPUs on the short-work share, reclaimable in 24 min" in reason.message
+
+
+def test_past_level_0_it_is_borrowed_work_the_lender_reclaims():
+    holders = [*A_FULL, holder("short", "a", 2, ran_h=0.6, short=True), holder("b-run", "b", 8)]
+    decision = decide(desks(), [job("lender", "b", 4)], holders)
+    assert [p.job_id for p in decision.preempt] == ["short"]
+    assert decision.preempt[0].reason.startswith("reclaimed by b")
+
+
+def test_the_engine_keeps_what_the_share_lends_and_decides_as_the_oracle():
+    t = desks()
+    engine = Engine(t, backfill_depth=None)
+    engine.add_many([job("s1", "a", 1), job("s2", "a", 1), job("s3", "a", 1)])
+    for h in A_FULL:
+        engine.hold(h)
+    first = engine.cycle(NOW, {"gpu": 20})
+    assert [(a.job_id, a.short_share) for a in first.admit] == [("s1", True), ("s2", True)]
+    for a in first.admit:
+        engine.remove(a.job_id)
+        engine.hold(Holder(a.job_id, "a", "gpu", 1, 0, NOW, tenant="a", short_share=True))
+    assert engine.cycle(NOW + 60, {"gpu": 20}).admit == []  # the share lends its 2 GPUs
+    engine.release("s1", NOW + 120)
+    assert [a.job_id for a in engine.cycle(NOW + 120, {"gpu": 20}).admit] == ["s3"]
+
+
+def test_the_share_is_set_on_a_tree_root_only():
+    with pytest.raises(pydantic.ValidationError, match="set short_work_share on its tree's root 'firm'"):
+        Tenancy.model_validate(
+            {"cohorts": {"firm": {}, "div": {"parent": "firm", "short_work_share": 0.2}}, "flavors": {}}
+        )
