@@ -34,12 +34,17 @@ import time
 from _common import print_table, ratio, scheduling_digest, write_results
 from trace_replay import HOUR, cap_jobs, load_trace, nominal_quotas, offered_load, policies, replay, slice_jobs
 
+from cellscale_hub.tenancy import SHORT_WORK_SHARE
+
 POLICIES = "fifo,greedy,tiresias,tiresias-charged,cellscale-submit-order,cellscale"
 KEYS = (
     ("jct_mean_h", "JCT mean (h)"),
     ("jct_p95_h", "JCT p95 (h)"),
     ("short_wait_p95_h", "short jobs' wait p95 (h)"),
-    ("fair_gap_mean", "fair-share gap"),
+    ("fair_gap_mean", "fair-share gap (demand-capped)"),
+    ("entitled_gap_mean", "entitled-share shortfall"),
+    ("lender_wait_p99_min", "lender's wait p99 (min)"),
+    ("short_share_admissions", "starts on the short-work share"),
     ("preemptions", "preemptions"),
     ("lost_fraction_of_work", "lost work / work"),
     ("preemption_cost_fraction", "lost + restart / work"),
@@ -53,11 +58,12 @@ def fleet_for(jobs, load: float) -> int:
 
 
 def run_case(trace, skip: float, days: float, load: float, names: list[str], options: dict) -> dict:
+    options = dict(options)
     window = slice_jobs(trace, skip_days=skip, days=days)
     fleet = fleet_for(window, load)
     jobs, capped = cap_jobs(window, fleet)
     nominal = nominal_quotas(jobs, fleet)
-    pols = policies(nominal, fleet)
+    pols = policies(nominal, fleet, options.pop("short_work_share"))
     case = {
         "window": {"skip_days": skip, "days": days},
         "fleet_gpus": fleet,
@@ -102,6 +108,12 @@ def main() -> None:
     parser.add_argument("--policies", default=POLICIES)
     parser.add_argument("--restart-seconds", type=float, default=60.0)
     parser.add_argument("--checkpoint-minutes", type=float, default=30.0)
+    parser.add_argument(
+        "--short-work-share",
+        type=float,
+        default=SHORT_WORK_SHARE,
+        help="the cellscale policy's Cohort.short_work_share",
+    )
     parser.add_argument("--out", default="scheduling_quality")
     args = parser.parse_args()
     if args.quick:
@@ -109,7 +121,11 @@ def main() -> None:
     windows = [tuple(float(x) for x in w.split(":")) for w in args.windows.split(",")]
     loads = [float(x) for x in args.loads.split(",")]
     names = args.policies.split(",")
-    options = {"restart": args.restart_seconds, "checkpoint": args.checkpoint_minutes * 60}
+    options = {
+        "restart": args.restart_seconds,
+        "checkpoint": args.checkpoint_minutes * 60,
+        "short_work_share": args.short_work_share,
+    }
     t0 = time.perf_counter()
     trace = load_trace()
     cases = [run_case(trace, skip, days, load, names, options) for skip, days in windows for load in loads]

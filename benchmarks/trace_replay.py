@@ -102,7 +102,7 @@ from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.engine import BACKFILL_DEPTH, Engine
 from cellscale_hub.scheduling.service import Service
 from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
-from cellscale_hub.tenancy import Ordering, Tenancy
+from cellscale_hub.tenancy import SHORT_WORK_SHARE, Ordering, Tenancy
 
 TRACE = REPO.parent / "shared" / "traces" / "philly-pollux.csv"
 FLAVOR = "gpu"
@@ -174,11 +174,13 @@ def nominal_quotas(jobs: list[TraceJob], fleet: int) -> dict[str, int]:
     return largest_remainder(fleet, dict(sorted(gpu_time.items())), floor=1)
 
 
-def cellscale_tenancy(nominal: dict[str, int], ordering: Ordering | None = None) -> Tenancy:
+def cellscale_tenancy(
+    nominal: dict[str, int], ordering: Ordering | None = None, short_work_share: float = SHORT_WORK_SHARE
+) -> Tenancy:
     return Tenancy.model_validate(
         {
             "flavors": {FLAVOR: {"backend": "sim"}},
-            "cohorts": {"philly": {}},
+            "cohorts": {"philly": {"short_work_share": short_work_share}},
             "cluster_queues": {
                 t: {"cohort": "philly", "weight": n, "quotas": {FLAVOR: {"nominal": n}}} for t, n in nominal.items()
             },
@@ -206,7 +208,7 @@ class Policy:
         return self.kind == "schedule" and not self.tenancy.ordering.backfill
 
 
-def policies(nominal: dict[str, int], fleet: int) -> dict[str, Policy]:
+def policies(nominal: dict[str, int], fleet: int, short_work_share: float = SHORT_WORK_SHARE) -> dict[str, Policy]:
     """cellscale (fair share between VCs, least attained service inside each), its submit-order
     predecessor, and three fleet-wide baselines without fair share: strict FIFO, greedy backfill
     (submit order, whatever fits starts) and the Tiresias reference (as stated in the issue: a
@@ -215,7 +217,12 @@ def policies(nominal: dict[str, int], fleet: int) -> dict[str, Policy]:
     fleet_wide = {t: "fleet" for t in nominal}
     single = Tenancy.single("fleet", {FLAVOR: fleet})
     return {
-        "cellscale": Policy("cellscale", cellscale_tenancy(nominal), {t: t for t in nominal}),
+        "cellscale": Policy(
+            "cellscale", cellscale_tenancy(nominal, short_work_share=short_work_share), {t: t for t in nominal}
+        ),
+        "cellscale-no-short-share": Policy(
+            "cellscale-no-short-share", cellscale_tenancy(nominal, short_work_share=0.0), {t: t for t in nominal}
+        ),
         "cellscale-submit-order": Policy(
             "cellscale-submit-order", cellscale_tenancy(nominal, Ordering.submit_order()), {t: t for t in nominal}
         ),
@@ -293,6 +300,11 @@ class Sim:
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, job, gen)
         nt = len(self.tenants)
         self.held_t, self.pending_t = [0] * nt, [0] * nt
+        self.sizes_t = [Counter() for _ in range(nt)]  # per tenant: waiting jobs by GPUs
+        self.owed_since: list[float | None] = [None] * nt  # a waiting job fits its desk's nominal since
+        self.owed_waits: list[float] = []  # each spell a desk waited for GPUs within its nominal quota (s)
+        self.short_admissions = 0
+        self.short_gpu_s = 0.0  # GPU-seconds run on the short-work share while at level 0
         # the admission engine, fed every change; its memory is the history of both modes
         self.engine = Engine(self.policy.tenancy, self.backfill_depth, self.half_life)
         self.decisions_crc = 0  # every cycle's admissions and preemptions, chained: equal runs decide alike
@@ -338,13 +350,14 @@ class Sim:
             span = b - a
             acc = self.windows.get(w)
             if acc is None:
-                acc = self.windows[w] = [[0.0] * len(self.tenants) for _ in range(3)]
-            rec, ent, dem = acc
+                acc = self.windows[w] = [[0.0] * len(self.tenants) for _ in range(4)]
+            rec, ent, dem, due = acc
             for i, h in enumerate(self.held_t):
                 if demand[i]:
                     rec[i] += h * span
                     ent[i] += share[i] * span
                     dem[i] += demand[i] * span
+                    due[i] += min(demand[i], self.weights[i]) * span
             a = b
         self.now = t
 
@@ -357,6 +370,7 @@ class Sim:
         lst.append(i)  # arrivals come in job order, behind every pending job of the queue
         self.engine.add(self.workloads[i])
         self.pending_t[self.job_tenant[i]] += self.jobs[i].gpus
+        self.sizes_t[self.job_tenant[i]][self.jobs[i].gpus] += 1
         return head
 
     def start(self, i: int, t: float) -> None:
@@ -365,6 +379,7 @@ class Sim:
         self.engine.remove(self.workloads[i].job_id)
         g, ti = self.jobs[i].gpus, self.job_tenant[i]
         self.pending_t[ti] -= g
+        self.sizes_t[ti][g] -= 1
         self.held_t[ti] += g
         self.started[i] = t
         if self.first_start[i] is None:
@@ -378,7 +393,9 @@ class Sim:
         elif self.policy.tenancy.ordering.preempt_for_service and self.checkpoint < self.remaining[i]:
             heapq.heappush(self.events, (t + self.checkpoint, CHECK, i, self.gen[i]))
 
-    def hold(self, i: int, flavor: str, t: float) -> None:
+    def hold(self, i: int, flavor: str, t: float, short: bool = False) -> None:
+        """Job i holds quota from `t`; on the short-work share (`short`), a cycle is due when it
+        passes level 0 and becomes reclaimable."""
         w = self.workloads[i]
         self.holders[i] = Holder(
             w.job_id,
@@ -393,8 +410,15 @@ class Sim:
             w.tenant,
             attained=self.attained[i],
             preemptions=self.preempted_times[i],
+            short_share=short,
         )
         self.engine.hold(self.holders[i])
+        if short:
+            self.short_admissions += 1
+            left = self.service.level_zero_left(self.holders[i])
+            self.short_gpu_s += min(left, self.remaining[i]) * w.gpus
+            if left < self.remaining[i]:
+                heapq.heappush(self.events, (t + left, CROSS, i, self.gen[i]))
         heapq.heappush(self.marks, (t + self.checkpoint, i, self.gen[i]))
 
     def _release(self, i: int, t: float) -> None:
@@ -436,6 +460,7 @@ class Sim:
         bisect.insort(self.pending[self.workloads[i].cluster_queue], i)
         self.engine.add(self.workloads[i])
         self.pending_t[self.job_tenant[i]] += g
+        self.sizes_t[self.job_tenant[i]][g] += 1
 
     def service_due(self, i: int, t: float) -> bool:
         """Job i just checkpointed: True if a waiting job of its queue has less service (it may
@@ -485,7 +510,7 @@ class Sim:
             for a in decision.admit:
                 i = int(a.job_id[1:])
                 self.start(i, t)
-                self.hold(i, a.flavor, t)
+                self.hold(i, a.flavor, t, a.short_share)
             if not decision.admit or not decision.pending:
                 return  # nothing admitted, or nothing left waiting
             if not self.settle and not any(
@@ -568,6 +593,21 @@ class Sim:
             self.max_pending = max(self.max_pending, waiting)
             if changed and waiting:
                 self.cycle(t)
+            self.note_owed(t)
+
+    def note_owed(self, t: float) -> None:
+        """Each desk with a waiting job that fits within its nominal quota beside what it holds is
+        owed GPUs: how long each such spell lasts is the lender's wait for its quota (an upper
+        bound: a desk's own reservation may also hold such a job back)."""
+        for ti, sizes in enumerate(self.sizes_t):
+            smallest = min((g for g, n in sizes.items() if n > 0), default=None)
+            owed = smallest is not None and self.held_t[ti] + smallest <= self.weights[ti]
+            since = self.owed_since[ti]
+            if owed and since is None:
+                self.owed_since[ti] = t
+            elif not owed and since is not None:
+                self.owed_waits.append(t - since)
+                self.owed_since[ti] = None
 
     # -- results ---------------------------------------------------------------------------------
     def metrics(self) -> dict:
@@ -579,12 +619,14 @@ class Sim:
         span = self.last_finish - self.first_event
         work = sum(j.gpus * j.duration for j in self.jobs)
         gaps, jains, contended_rec, contended_ent = [], [], Counter(), Counter()
+        entitled_gaps = []
         for w in sorted(self.windows):
-            rec, ent, dem = self.windows[w]
+            rec, ent, dem, due = self.windows[w]
             length = min(self.window, self.last_finish - w * self.window) if w == max(self.windows) else self.window
             if sum(dem) < self.fleet * length * 0.999:
                 continue  # not contended: everyone could have had its demand
             gaps.append(sum(abs(r - e) for r, e in zip(rec, ent, strict=True)) / (2 * self.fleet * length))
+            entitled_gaps.append(sum(max(0.0, d - r) for r, d in zip(rec, due, strict=True)) / (self.fleet * length))
             xs = [r / e for r, e in zip(rec, ent, strict=True) if e > 0]
             jains.append(sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if xs else 1.0)
             for ti, name in enumerate(self.tenants):
@@ -634,6 +676,14 @@ class Sim:
             "fair_windows_contended": len(gaps),
             "fair_gap_mean": sum(gaps) / len(gaps) if gaps else float("nan"),
             "fair_gap_p95": percentile(gaps, 95),
+            "entitled_gap_mean": sum(entitled_gaps) / len(entitled_gaps) if entitled_gaps else float("nan"),
+            "entitled_gap_p95": percentile(entitled_gaps, 95),
+            "lender_waits": len(self.owed_waits),
+            "lender_wait_p50_min": percentile(self.owed_waits, 50) / 60 if self.owed_waits else 0.0,
+            "lender_wait_p99_min": percentile(self.owed_waits, 99) / 60 if self.owed_waits else 0.0,
+            "lender_wait_max_min": max(self.owed_waits, default=0.0) / 60,
+            "short_share_admissions": self.short_admissions,
+            "short_share_gpu_hours": self.short_gpu_s / HOUR,
             "jain_mean": sum(jains) / len(jains) if jains else float("nan"),
             "jain_p5": percentile(jains, 5),
             "max_pending": self.max_pending,

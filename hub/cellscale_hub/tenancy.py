@@ -361,11 +361,10 @@ class Tenancy(Strict):
                 raise ValueError(f"cohort {name!r}: parent {cohort.parent!r} is not a cohort")
         for name in self.cohorts:
             self._cohort_path(name)  # raises on a cycle
-        for name, cohort in self.cohorts.items():
-            if cohort.parent is not None and "short_work_share" in cohort.model_fields_set:
-                raise ValueError(
-                    f"cohort {name!r}: set short_work_share on its tree's root {self._cohort_path(name)[0]!r}"
-                )
+        for name in (
+            c for c, cohort in self.cohorts.items() if cohort.parent and "short_work_share" in cohort.model_fields_set
+        ):
+            raise ValueError(f"cohort {name!r}: set short_work_share on its tree's root {self._cohort_path(name)[0]!r}")
         for name, cq in self.cluster_queues.items():
             if cq.cohort is not None and cq.cohort not in self.cohorts:
                 raise ValueError(f"cluster queue {name!r}: cohort {cq.cohort!r} is not defined")

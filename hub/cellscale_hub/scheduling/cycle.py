@@ -34,7 +34,7 @@ from cellscale.vocabulary import PendingCode
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.scheduling.offers import across_sites, over_budget, site_offers
 from cellscale_hub.scheduling.placement import Offer, choose
-from cellscale_hub.scheduling.preemption import make_room, victim_reason
+from cellscale_hub.scheduling.preemption import make_room, make_short_room, short_victim_reason, victim_reason
 from cellscale_hub.scheduling.resources import Amounts, capacity_of
 from cellscale_hub.scheduling.service import Service
 from cellscale_hub.scheduling.state import Cycle, claimant
@@ -209,15 +209,39 @@ class Run:
         received less service than the first level, its GPUs are physically idle there, and the
         share lends fewer than its size allows (`Cohort.short_work_share`). No claim of a blocked
         head holds it back: what the share lends is bounded, and so is how long it lends it."""
+        return next((f for f in self.short_flavors(job, flavors) if self.usage.idle_fits(f, job.demand)), None)
+
+    def short_flavors(self, job: Workload, flavors: list[str]) -> list[str]:
+        """The flavors whose short-work share has room for the job, if it may use one (level 0)."""
         if not job.gpus or self.cycle.service.level(job.attained):
-            return None
+            return []
         usage = self.usage
         tree = usage.root.get(job.cluster_queue)
-        for f in flavors:
-            room = usage.short_room.get((tree, f), 0) - self.on_short.get((tree, f), 0)
-            if job.gpus <= room and usage.has(job.cluster_queue, f) and usage.idle_fits(f, job.demand):
-                return f
-        return None
+        return [
+            f
+            for f in flavors
+            if job.gpus <= usage.short_room.get((tree, f), 0) - self.on_short.get((tree, f), 0)
+            and usage.has(job.cluster_queue, f)
+        ]
+
+    def preempt_for(self, job: Workload, usable: list[str]) -> None:
+        """Victims for a waiting job (`make_room`); failing that, for a level-0 job its tree's
+        short-work share has room for, borrowed work that frees idle GPUs (`make_short_room`),
+        the share's room held for it in this cycle."""
+        snap, usage, cycle, decision = self.snap, self.usage, self.cycle, self.decision
+        for victim in make_room(snap, usage, job, usable, cycle):
+            decision.preempt.append(
+                Preemption(victim.job_id, job.job_id, victim_reason(usage, victim, job, cycle.service))
+            )
+        if job.job_id in cycle.promised:
+            return
+        room = self.short_flavors(job, usable)
+        for victim in make_short_room(snap, usage, job, room, cycle) if room else ():
+            decision.preempt.append(
+                Preemption(victim.job_id, job.job_id, short_victim_reason(victim, job, cycle.service))
+            )
+        if job.job_id in cycle.promised:
+            self.on_short[usage.root[job.cluster_queue], cycle.promised[job.job_id][0].flavor] += job.gpus
 
     def next_of(self, cq: str) -> None:
         """On to the queue's next job that may start now; the queue leaves when none is left."""
@@ -308,10 +332,8 @@ class Run:
             acc = cycle.waiting_for.setdefault(usable[0], [0, 0, 0])
             for i, amount in enumerate(line.queued(snap.unlisted.get(cq))):
                 acc[i] += amount
-        for victim in make_room(snap, usage, job, usable, cycle) if usable else ():
-            decision.preempt.append(
-                Preemption(victim.job_id, job.job_id, victim_reason(usage, victim, job, cycle.service))
-            )
+        if usable:
+            self.preempt_for(job, usable)
         line.may_preempt -= 1
         if offers is None:
             reason = blocked_reason(snap, usage, job, usable, cycle)
@@ -348,10 +370,7 @@ class Run:
         position = len(waiting)
         if preempt and usable and line.may_preempt > 0:
             line.may_preempt -= 1
-            for victim in make_room(snap, usage, job, usable, cycle):
-                decision.preempt.append(
-                    Preemption(victim.job_id, job.job_id, victim_reason(usage, victim, job, cycle.service))
-                )
+            self.preempt_for(job, usable)
         flavor = None if usable else next((f for f in flavors if f in line.reserved), None)
         if flavor is not None:
             members = line.behind.get(flavor)

@@ -7,7 +7,7 @@ make room.
 from __future__ import annotations
 
 from cellscale.vocabulary import Resource
-from cellscale_hub.scheduling.resources import RESOURCES, amount_words
+from cellscale_hub.scheduling.resources import RESOURCES, Amounts, amount_words
 from cellscale_hub.scheduling.service import Service
 from cellscale_hub.scheduling.state import Cycle
 from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
@@ -32,6 +32,78 @@ def make_room(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], c
             _promise(cycle, job, leaving + chosen)
             return chosen
     return []
+
+
+def make_short_room(snap: Snapshot, usage: Usage, job: Workload, flavors: list[str], cycle: Cycle) -> list[Holder]:
+    """For a level-0 job its tree's short-work share has room for (`flavors`): free its GPUs
+    from work other desks of its tree run on borrowed GPUs (beyond their nominal quota) that
+    has passed level 0 and is of no higher priority, losing the least work, as a lender
+    reclaims what it lent. Returns the new victims (none when leaving jobs already free enough)."""
+    for flavor in flavors:
+        if usage.idle_fits(flavor, job.demand):
+            continue  # idle already: another job took it in this cycle
+        leaving = [h for h in cycle.leaving.values() if h.flavor == flavor]
+        enough = _fewest_idle(usage, job, flavor, leaving)
+        if enough is not None:
+            _promise(cycle, job, enough)
+            return []
+        candidates = sorted(_borrowed_work(snap, usage, job, flavor, cycle), key=lambda h: _loss(snap, usage, h))
+        chosen = _fewest_idle(usage, job, flavor, leaving + candidates, len(leaving))
+        if chosen:
+            _promise(cycle, job, chosen)
+            return [v for v in chosen if v.job_id not in cycle.leaving and not v.preempting]
+    return []
+
+
+def _borrowed_work(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle: Cycle) -> list[Holder]:
+    """Other queues' holders of the job's tree on `flavor` whose queue borrows there, past level 0."""
+    out = []
+    tree = usage.root[job.cluster_queue]
+    for q, held in cycle.holders_by_queue(snap, flavor).items():
+        if q == job.cluster_queue or usage.root.get(q) != tree or not usage.is_borrowing(q, flavor):
+            continue
+        out.extend(
+            h for h in held if not _spared(h, cycle) and h.priority <= job.priority and cycle.service.of_holder(h) > 0
+        )
+    return out
+
+
+def _fewest_idle(
+    usage: Usage, job: Workload, flavor: str, candidates: list[Holder], kept: int = 0
+) -> list[Holder] | None:
+    """The first candidates (the first `kept` always) whose ends leave the job's demand idle on
+    `flavor`, taking from each queue no more than it borrows there, less any it does not need
+    after all; None if all of them are not enough."""
+    free = Amounts(*(c - p for c, p in zip(usage.capacity.get(flavor, Amounts()), usage.physical[flavor], strict=True)))
+    left = {}
+    chosen: list[Holder] = []
+    for n, victim in enumerate(candidates):
+        if free.covers(job.demand):
+            break
+        q = victim.cluster_queue
+        left.setdefault(q, usage.borrowed(q, flavor))
+        if n >= kept and left[q] < victim.gpus:
+            continue  # that queue would be back within its own quota
+        left[q] -= victim.gpus
+        chosen.append(victim)
+        free = free.plus(victim.demand)
+    if not free.covers(job.demand):
+        return None
+    for victim in reversed(chosen[kept:]):
+        if free.minus(victim.demand).covers(job.demand):
+            chosen.remove(victim)
+            free = free.minus(victim.demand)
+    return chosen
+
+
+def short_victim_reason(victim: Holder, job: Workload, service: Service) -> str:
+    ckpt = victim.last_checkpoint if victim.last_checkpoint is not None else victim.started
+    since = "" if ckpt is None else f"; it checkpointed {(service.now - ckpt) / 60:.0f} min ago and resumes from there"
+    return (
+        f"preempted for short job {job.job_id} of queue {job.cluster_queue} (under "
+        f"{service.ordering.service_levels_gpu_hours[0]:g} GPU-hours received), on the short-work share of its "
+        f"cohort: {victim.cluster_queue} was borrowing these {victim.flavor} GPUs beyond its nominal quota{since}"
+    )
 
 
 def _promise(cycle: Cycle, job: Workload, victims: list[Holder]) -> None:
