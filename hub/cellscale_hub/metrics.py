@@ -69,6 +69,15 @@ class Metrics:
             buckets=WAIT_BUCKETS,
             registry=self.registry,
         )
+        self.lender_wait = Histogram(
+            "cellscale_short_share_lender_wait_seconds",
+            "Seconds a job within its desk's nominal quota waited while its cohort's short-work share lent GPUs "
+            "in its way, by tree (root cohort).",
+            ("cohort",),
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.lender_wait_max: dict[str, float] = {}  # root cohort -> the longest such wait since start
         self.cycle = Histogram(
             "cellscale_controller_cycle_seconds",
             "Seconds one reconcile cycle took.",

@@ -31,6 +31,11 @@ class WaitingBoard:
         """Each staging job's progress in words (`cellscale_hub.control.staging`)."""
         self._staging = words
 
+    @property
+    def reasons(self) -> Reasons:
+        """The last cycle's reasons, whole."""
+        return self._reasons
+
     def heads(self, depth: int = 2) -> list[str]:
         """The waiting jobs admission takes next: the first `depth` of each queue, as of the
         last cycle (whose reasons it built then, not on demand)."""

@@ -119,6 +119,7 @@ def describe(job: JobView, checkpoints: list[CheckpointView] = ()) -> str:
     where = f"queue {job.queue} → cluster queue {job.cluster_queue or '?'}, priority {job.priority}"
     if job.flavor:
         where += f", admitted on {job.flavor}" + (f" ({job.borrowed} GPUs borrowed)" if job.borrowed else "")
+        where += " on its cohort's short-work share" if job.short_share else ""
     lines.append(f"  {where}")
     if job.pending:
         p = job.pending

@@ -31,6 +31,7 @@ CPU_POOL = Tenancy.model_validate(
         ("put", "/api/admin/cluster-queues/desk-a/quotas/local", {"nominal": 4}),
         ("put", "/api/admin/cluster-queues/desk-a/weight", {"weight": 2}),
         ("put", "/api/admin/cohorts/firm/weight", {"weight": 2}),
+        ("put", "/api/admin/cohorts/firm/short-work-share", {"short_work_share": 0.5}),
     ],
 )
 def test_only_admins_read_or_change_quotas(plane, method, path, body):
@@ -105,6 +106,8 @@ def test_quota_change_is_applied_and_audited(plane):
         ("/api/admin/cluster-queues/desk-z/quotas/local", {"nominal": 1}, "no cluster queue 'desk-z'"),
         ("/api/admin/cluster-queues/desk-a/quotas/h100", {"nominal": 1}, "no flavor 'h100'"),
         ("/api/admin/cluster-queues/desk-a/weight", {"weight": 0}, "greater than 0"),
+        ("/api/admin/cohorts/firm/short-work-share", {"short_work_share": 1.5}, "less than or equal to 1"),
+        ("/api/admin/cohorts/nope/short-work-share", {"short_work_share": 0.2}, "no cohort 'nope'"),
     ],
 )
 def test_invalid_changes_are_refused_and_change_nothing(plane, path, body, words):
@@ -125,6 +128,24 @@ def test_weights_change_and_are_audited(plane):
         ("cluster_queues/desk-b/weight", {"value": 1.0}, {"value": 0.5}),
         ("cohorts/firm/weight", {"value": 1.0}, {"value": 3.0}),
     ]
+
+
+def test_the_short_work_share_is_set_per_tree_and_shows_what_it_lends(plane):
+    view = plane.http.get("/api/admin/tenancy", headers=plane.as_("admin")).json()
+    assert [(r["share"], r["gpus"]) for r in view["short_work"]] == [(0.1, 0)]  # 10% of 4 GPUs: no whole GPU
+    response = plane.http.put(
+        "/api/admin/cohorts/firm/short-work-share", headers=plane.as_("admin"), json={"short_work_share": 0.5}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["short_work"] == [
+        {"cohort": "firm", "flavor": "local", "share": 0.5, "gpus": 2, "lent": 0, "jobs": [], "lender_wait_max_s": 0.0}
+    ]
+    audit = plane.http.get("/api/admin/audit", headers=plane.as_("admin")).json()
+    assert (audit[0]["target"], audit[0]["before"], audit[0]["after"]) == (
+        "cohorts/firm/short_work_share",
+        {"value": 0.1},
+        {"value": 0.5},
+    )
 
 
 def test_admin_page_needs_a_session_and_an_admin(plane):

@@ -152,3 +152,36 @@ def test_admission_runs_when_something_changed_not_every_tick(plane, monkeypatch
     plane.http.post(f"/api/jobs/{big['id']}/cancel", headers=plane.as_("alice"))  # an event: the GPUs free up
     plane.tune(admission_interval_s=3600)
     plane.run_until(waiting["id"], {Phase.RUNNING, Phase.SUCCEEDED})
+
+
+def test_a_short_cell_beyond_its_desks_quota_runs_on_the_short_work_share_and_the_lender_is_told(tmp_path, store):
+    tenancy = two_desks({"local": 5}).model_copy(deep=True)  # a tree of 10 GPUs: a share of 1
+    tenancy.cluster_queues["desk-a"].quotas["local"].borrowing_limit = 0
+    plane = Plane(tmp_path, store, gpus=10, tenancy=tenancy)
+    sleeper = "import time\ntime.sleep(60)"
+    full = plane.submit(source=sleeper, resources={"gpus_per_node": 5}).json()
+    plane.run_until(full["id"], {Phase.RUNNING})
+    short = plane.submit(source=sleeper, resources={"gpus_per_node": 1}).json()  # beyond desk-a's quota
+    plane.run_until(short["id"], {Phase.RUNNING})
+    view = get(plane, short["id"])
+    assert view["short_share"] is True and view["borrowed"] == 0
+    events = plane.http.get(f"/api/jobs/{short['id']}/events", headers=plane.as_("alice")).json()
+    assert any(
+        "on the short-work share of its cohort (not reclaimed until it has received 1 GPU-hours)"
+        in (e["message"] or "")
+        for e in events
+    )
+    more = plane.submit(source=sleeper, resources={"gpus_per_node": 1}).json()  # the share lends its 1 GPU
+    lender = plane.submit(user="bob", source="pass", resources={"gpus_per_node": 5}).json()
+    plane.controller.cycle()
+    assert get(plane, more["id"])["phase"] == "PENDING"
+    waiting = get(plane, lender["id"])["pending"]  # 4 idle: the short cell is not reclaimed at level 0
+    assert waiting["code"] == "CapacityFull" and waiting["ahead"][0]["job_id"] == short["id"]
+    assert waiting["ahead"][0]["why"].startswith("on the short-work share, reclaimable in ")
+    assert get(plane, short["id"])["preempting"] is False
+    plane.http.post(f"/api/jobs/{short['id']}/cancel", headers=plane.as_("alice"))
+    plane.run_until(short["id"], TERMINAL)
+    plane.run_until(lender["id"], TERMINAL, timeout=60)  # the lender got its GPUs: its wait is on record
+    assert plane.metrics.lender_wait_max["firm"] > 0
+    for job in (full, more):
+        plane.http.post(f"/api/jobs/{job['id']}/cancel", headers=plane.as_("admin"))

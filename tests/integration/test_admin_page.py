@@ -155,6 +155,12 @@ def _check_page(page: Page, admin_api) -> None:
         expect(queue).to_contain_text(f"tenants: {desk}/default")
         expect(queue.get_by_label(f"weight of {desk}", exact=True)).to_have_value("1")
     expect(page.get_by_text("cohort firm", exact=True)).to_be_visible()
+    # the tree's short-work share: set on its root cohort, with what it lends on each flavor
+    rows = [r for r in view["short_work"] if r["cohort"] == "firm"]
+    share = page.locator('[data-short-work="firm"]')
+    expect(share.get_by_label("short-work share of firm", exact=True)).to_have_value(str(rows[0]["share"]))
+    for r in rows:
+        expect(share).to_contain_text(f"{r['flavor']}: lends {r['lent']} of {r['gpus']} GPUs")
 
     # flavors: what the API says, row by row
     flavors = page.get_by_role("table", name="Flavors").locator("tbody tr")

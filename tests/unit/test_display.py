@@ -107,6 +107,8 @@ def test_preempted_attempt_and_warning_show():
     text = describe(running)
     assert "admitted on slurm (8 GPUs borrowed)" in text
     assert "attempt 1 on slurm: cancelled: preempted: preempted to return 8 borrowed" in text
+    short = job(phase=Phase.RUNNING, flavor="slurm", short_share=True)
+    assert "admitted on slurm on its cohort's short-work share" in describe(short)
 
 
 def test_a_cancelled_attempt_says_cancelled_once_without_its_exit_code():

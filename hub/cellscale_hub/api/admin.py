@@ -19,9 +19,10 @@ from cellscale_hub.api.errors import refusals
 from cellscale_hub.auth import Principal, Unauthenticated
 from cellscale_hub.drivers import flavor_capacities
 from cellscale_hub.scheduling.resources import UNLIMITED
+from cellscale_hub.scheduling.usage import QuotaBook
 from cellscale_hub.store import usage
 from cellscale_hub.store.models import utcnow
-from cellscale_hub.tenancy import Budget, Quota, Tenancy
+from cellscale_hub.tenancy import SHORT_WORK_SHARE, Budget, Quota, Tenancy
 
 STATIC = Path(__file__).with_name("static")
 NODE_FAULT_FLAG = 2  # faults within the window that flag a node to admins
@@ -49,6 +50,27 @@ class FlavorCapacity(BaseModel):
     gpu_hours: float = Field(0.0, description="GPU-hours held on it so far, every desk's (the cost ledger).")
 
 
+class ShortWorkView(BaseModel):
+    """A cohort tree's short-work share on one flavor: what level-0 work of any of its desks may
+    use beyond its desk's quota, and what it lends now."""
+
+    cohort: str = Field(description="The tree's root cohort (it sets short_work_share).")
+    flavor: str
+    share: float = Field(description="Its short_work_share: the fraction of the tree's nominal GPUs here.")
+    gpus: int = Field(description="The GPUs that fraction comes to.")
+    lent: int = Field(description="GPUs lent now to jobs still at level 0 (they are not reclaimed).")
+    jobs: list[str] = Field(description="Those jobs.")
+    lender_wait_max_s: float = Field(
+        0.0,
+        description="The longest a job within its desk's quota waited while the share lent GPUs in its way, "
+        "since this control plane started.",
+    )
+
+
+class ShortShareUpdate(BaseModel):
+    short_work_share: float = Field(ge=0, le=1)
+
+
 class TenancyView(BaseModel):
     tenancy: dict[str, Any] = Field(
         description="The document in force: flavors, cohorts, cluster_queues, tenants, "
@@ -56,6 +78,7 @@ class TenancyView(BaseModel):
     )
     flavors: list[FlavorCapacity]
     usage: list[QueueUsage]
+    short_work: list[ShortWorkView] = Field(description="Each cohort tree's short-work share, per flavor.")
     fair_share_half_life_s: float
     preemption_grace_s: float
 
@@ -106,10 +129,12 @@ def tenancy_view(who: Admin, ctx: Ctx) -> TenancyView:
             session, t, utcnow(), ctx.settings.fair_share_half_life_s, backends=set(ctx.drivers)
         )
         hours = usage.flavor_gpu_hours(session)
+        lent = usage.short_share_loans(session, t, utcnow())
     return TenancyView(
         tenancy=t.model_dump(mode="json"),
         flavors=_capacities(ctx, t, hours),
         usage=queues,
+        short_work=_short_work(ctx, t, lent),
         fair_share_half_life_s=ctx.settings.fair_share_half_life_s,
         preemption_grace_s=ctx.settings.preemption_grace_s,
     )
@@ -161,6 +186,24 @@ def set_cloud(name: str, body: CloudUpdate, who: Admin, ctx: Ctx) -> TenancyView
 @router.put("/admin/cohorts/{name}/weight", response_model=TenancyView, responses=refusals(401, 403, 404, 413, 422))
 def set_cohort_weight(name: str, body: WeightUpdate, who: Admin, ctx: Ctx) -> TenancyView:
     _change(ctx, who, "set-weight", f"cohorts/{name}/weight", _set_weight("cohorts", name, body.weight))
+    return tenancy_view(who, ctx)
+
+
+@router.put(
+    "/admin/cohorts/{name}/short-work-share",
+    response_model=TenancyView,
+    responses=refusals(401, 403, 404, 413, 422),
+)
+def set_short_work_share(name: str, body: ShortShareUpdate, who: Admin, ctx: Ctx) -> TenancyView:
+    """The fraction of a cohort tree's GPUs level-0 work of any desk may use beyond its desk's quota
+    (on the tree's root cohort; 0 turns it off)."""
+
+    def edit(doc: dict):
+        cohort = _lookup(doc["cohorts"], name, "cohort")
+        before, cohort["short_work_share"] = cohort.get("short_work_share", SHORT_WORK_SHARE), body.short_work_share
+        return before, body.short_work_share
+
+    _change(ctx, who, "set-short-work-share", f"cohorts/{name}/short_work_share", edit)
     return tenancy_view(who, ctx)
 
 
@@ -306,3 +349,24 @@ def _check_capacity(ctx: Context, t: Tenancy) -> None:
                     f"nominal quotas on flavor {flavor.flavor} would sum to {promised} {unit}, "
                     f"more than its backend {flavor.backend} has ({has}); lower another queue's nominal quota first"
                 )
+
+
+def _short_work(ctx: Context, t: Tenancy, lent: dict[tuple[str, str], list[tuple[str, int]]]) -> list[ShortWorkView]:
+    """Each tree's short-work share on the flavors this deployment runs, with what it lends now."""
+    views = []
+    for (tree, flavor), gpus in sorted(QuotaBook(t).short_room.items()):
+        if t.flavors[flavor].backend not in ctx.drivers:
+            continue
+        cohort, loans = tree.partition(":")[2], lent.get((tree, flavor), [])
+        views.append(
+            ShortWorkView(
+                cohort=cohort,
+                flavor=flavor,
+                share=t.cohorts[cohort].short_work_share,
+                gpus=gpus,
+                lent=sum(g for _, g in loans),
+                jobs=[job_id for job_id, _ in loans],
+                lender_wait_max_s=round(ctx.metrics.lender_wait_max.get(cohort, 0.0), 1),
+            )
+        )
+    return views

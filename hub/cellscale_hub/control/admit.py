@@ -29,6 +29,7 @@ from cellscale_hub.scheduling.capacity import allocate
 from cellscale_hub.scheduling.engine import Engine
 from cellscale_hub.scheduling.resources import amount_words
 from cellscale_hub.scheduling.types import Admission, Preemption, Reasons
+from cellscale_hub.scheduling.why import SHORT_SHARE_WHY
 from cellscale_hub.settings import Settings
 from cellscale_hub.store import Store, usage
 from cellscale_hub.store import jobs as q
@@ -97,6 +98,7 @@ class Admitter:
                 usage.budget_spend(session, tenancy, now),
                 usage.history(session, now, self.settings.fair_share_half_life_s, tenancy.resource_weights),
             )
+        before = self.waiting.reasons  # a lender's last reason says whether it waited behind a short-work share
         self.waiting.publish(decision.pending)
         grants = decision.admit[: self.settings.launches_per_cycle]
         if len(decision.admit) > len(grants):
@@ -105,7 +107,7 @@ class Admitter:
         with self.store.session() as session:
             in_use = self._gpu_ids_in_use(session)
             for grant in grants:
-                launch = self._admit_one(session, tenancy, grant, in_use)
+                launch = self._admit_one(session, tenancy, grant, in_use, before)
                 if launch:
                     launches.append(launch)
                 else:
@@ -148,6 +150,12 @@ class Admitter:
             if engine.holders.get(job_id) != holder:
                 engine.hold(holder)
 
+    def _lender_waited(self, tree: str, waited: float) -> None:
+        """A job within its desk's quota started after waiting behind a short-work share's loan."""
+        cohort = tree.partition(":")[2]
+        self.metrics.lender_wait.labels(cohort).observe(waited)
+        self.metrics.lender_wait_max[cohort] = max(waited, self.metrics.lender_wait_max.get(cohort, 0.0))
+
     def _gpu_ids_in_use(self, session) -> dict[str, list[int]]:
         return {
             name: [g for a in q.active_attempts(session, name) for g in (a.gpu_ids or [])]
@@ -155,7 +163,7 @@ class Admitter:
             if isinstance(driver, AssignsGpuIds)
         }
 
-    def _admit_one(self, session, tenancy: Tenancy, grant: Admission, in_use: dict[str, list[int]]):
+    def _admit_one(self, session, tenancy: Tenancy, grant: Admission, in_use: dict[str, list[int]], before: Reasons):
         job = session.get(Job, grant.job_id)
         if job is None or job.phase is not Phase.PENDING or job.cancel_requested:
             self._engine.remove(grant.job_id)  # it left the queue since the feed's read
@@ -169,7 +177,12 @@ class Admitter:
                 return None  # quota says yes, the machine is still busy: next cycle
             in_use[backend].extend(gpu_ids)
         self._engine.remove(job.id)  # if it comes back to the queue, it may be on another backend
-        job.backend, job.flavor, job.borrowed = backend, grant.flavor, grant.borrowed
+        job.backend, job.flavor, job.borrowed, job.short_share = (
+            backend,
+            grant.flavor,
+            grant.borrowed,
+            grant.short_share,
+        )
         attempt = Attempt(
             job_id=job.id,
             number=len(job.attempts) + 1,
@@ -180,8 +193,13 @@ class Admitter:
         )
         waited_since = job.attempts[-1].ended_at if job.attempts else job.created_at
         job.attempts.append(attempt)
-        self.metrics.admission_wait.labels(job.tenant).observe(max(0.0, (utcnow() - waited_since).total_seconds()))
+        waited = max(0.0, (utcnow() - waited_since).total_seconds())
+        self.metrics.admission_wait.labels(job.tenant).observe(waited)
+        if not grant.borrowed and not grant.short_share and _behind_short_share(before, job.id):
+            self._lender_waited(tenancy.root_of(job.cluster_queue), waited)
         borrowing = f", {grant.borrowed} borrowed from the cohort" if grant.borrowed else ""
+        if grant.short_share:
+            borrowing = f", on the short-work share of its cohort ({_short_share_words(tenancy)})"
         placed = f"; {grant.placed}" if grant.placed else ""
         q.transition(
             session,
@@ -229,3 +247,17 @@ def _reserved(job: Job, flavor: str) -> str:
     if job.gpus:
         return f"{job.gpus} {flavor} GPU(s)"
     return amount_words(Resource.cpu, job.cpus, flavor)
+
+
+def _short_share_words(tenancy: Tenancy) -> str:
+    """When a job admitted on a short-work share becomes reclaimable, in words."""
+    levels = tenancy.ordering.service_levels_gpu_hours
+    if not levels:
+        return "reclaimable like borrowed work"
+    return f"not reclaimed until it has received {levels[0]:g} GPU-hours"
+
+
+def _behind_short_share(reasons: Reasons, job_id: str) -> bool:
+    """The job's last reason named a holder a short-work share lends GPUs to (`why._why`)."""
+    reason = reasons.get(job_id)
+    return reason is not None and any(a.why.startswith(SHORT_SHARE_WHY) for a in reason.ahead)

@@ -384,6 +384,7 @@ class AttemptReconciler:
         if job.phase is not Phase.ADMITTED:
             q.transition(session, job, Phase.RECOVERING, why, attempt=attempt.number, message=detail)
         job.flavor, job.borrowed, job.preempt_deadline, job.preempt_reason = None, 0, None, None
+        job.short_share = False
         q.transition(session, job, Phase.PENDING, EventReason.Requeued, attempt=attempt.number, message=words)
 
     # -- stop ------------------------------------------------------------------------------

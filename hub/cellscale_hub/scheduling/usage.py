@@ -61,12 +61,10 @@ def _short_rooms(tenancy: Tenancy, root: dict[str, str], quotas: dict) -> dict[t
     for (cq, flavor), quota in quotas.items():
         if quota[0] is not None and root[cq].startswith("cohort:"):
             nominal[root[cq], flavor] += quota[0].nominal
-    rooms = {}
-    for (tree, flavor), gpus in nominal.items():
-        room = math.floor(tenancy.cohorts[tree.partition(":")[2]].short_work_share * gpus)
-        if room:
-            rooms[tree, flavor] = room
-    return rooms
+    return {
+        (tree, flavor): math.floor(tenancy.cohorts[tree.partition(":")[2]].short_work_share * gpus)
+        for (tree, flavor), gpus in nominal.items()
+    }
 
 
 def on_short_share(holders: Iterable[Holder], service: Service) -> list[Holder]:

@@ -240,11 +240,14 @@ def _lent_short(h: Holder, service: Service) -> bool:
     return h.short_share and service.of_holder(h) == 0
 
 
+SHORT_SHARE_WHY = "on the short-work share"  # how a reason names a holder a short-work share lends GPUs to
+
+
 def _why(usage: Usage, h: Holder, cq: str, i: int, service: Service) -> str:
     """Why `h` holds what is in the way: borrowing only when its queue borrows that resource;
     on the short-work share, until when it cannot be reclaimed."""
     if _lent_short(h, service):
-        return f"on the short-work share, reclaimable in {_minutes(service.level_zero_left(h))}"
+        return f"{SHORT_SHARE_WHY}, reclaimable in {_minutes(service.level_zero_left(h))}"
     if usage.borrowed(h.cluster_queue, h.flavor, i):
         return "borrowing"
     return "same queue" if h.cluster_queue == cq else "within its quota"

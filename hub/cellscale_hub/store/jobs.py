@@ -271,6 +271,7 @@ def job_view(job: Job, waiting: PendingView | None = None, weights: ResourceWeig
         flavor=job.flavor,
         priority=job.priority,
         borrowed=job.borrowed,
+        short_share=job.short_share,
         phase=job.phase,
         reason=waiting.message if waiting else job.reason,
         spec=job.spec,

@@ -112,6 +112,7 @@ class Job(Base):
     flavor: Mapped[str | None] = mapped_column(String(63))
     priority: Mapped[int] = mapped_column(Integer, default=0)
     borrowed: Mapped[int] = mapped_column(Integer, default=0)
+    short_share: Mapped[bool] = mapped_column(Boolean, default=False)  # admitted on its cohort's short-work share
     name: Mapped[str] = mapped_column(String(63))
     # the JobSpec as submitted, as JSON (written once, at submit): read it typed, as `spec`
     spec_json: Mapped[dict] = mapped_column("spec", JSON)

@@ -18,7 +18,9 @@ from cellscale.vocabulary import ACTIVE_ATTEMPT_STATES, QUOTA_HOLDING_PHASES, Fa
 from cellscale_hub.scheduling.fairshare import average_gpus, decayed_gpu_seconds
 from cellscale_hub.scheduling.placement import SiteState, Spend
 from cellscale_hub.scheduling.resources import Amounts
+from cellscale_hub.scheduling.service import Service
 from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
+from cellscale_hub.scheduling.usage import on_short_share
 from cellscale_hub.store import totals
 from cellscale_hub.store.models import Attempt, Event, Job, LedgerHour, LedgerRow, QueueTotal, epoch_seconds
 from cellscale_hub.tenancy import ResourceWeights, Tenancy
@@ -330,6 +332,19 @@ def holders(session: Session) -> list[Holder]:
     return [holder_of(job) for job in session.scalars(query)]
 
 
+def short_share_loans(
+    session: Session, tenancy: Tenancy, now: datetime
+) -> dict[tuple[str, str], list[tuple[str, int]]]:
+    """(tree root, flavor) -> the (job, GPUs) its short-work share lends to now (still at level 0)."""
+    service = Service(tenancy.ordering, tenancy.resource_weights, now.timestamp())
+    query = select(Job).where(Job.phase.in_(QUOTA_HOLDING_PHASES), Job.flavor.is_not(None), Job.short_share)
+    loans: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
+    for h in on_short_share((holder_of(job) for job in session.scalars(query)), service):
+        if h.cluster_queue in tenancy.cluster_queues:
+            loans[tenancy.root_of(h.cluster_queue), h.flavor].append((h.job_id, h.gpus))
+    return loans
+
+
 def holder_of(job: Job) -> Holder:
     """A job that holds quota; its attained service is its ended attempts' (not the current one's)."""
     attempt = job.attempts[-1] if job.attempts else None
@@ -352,6 +367,7 @@ def holder_of(job: Job) -> Holder:
         preemptions=sum(a.fault is Fault.PREEMPTION for a in job.attempts),
         owner=job.owner,
         name=job.spec.title or job.name or "",  # as the job is shown (JobView.title)
+        short_share=job.short_share,
     )
 
 

@@ -91,6 +91,11 @@ class JobView(BaseModel):
     flavor: str | None = Field(None, description="ResourceFlavor it was admitted on.")
     priority: int = 0
     borrowed: int = Field(0, description="GPUs beyond its queue's nominal quota when admitted.")
+    short_share: bool = Field(
+        False,
+        description="Admitted beyond its desk's quota on its cohort's short-work share: not reclaimed until it has "
+        "received the first service level's GPU-hours.",
+    )
     phase: Phase
     reason: str | None = Field(None, description="Why the job is in its phase, in plain words.")
     pending: PendingView | None = Field(None, description="Why it waits (PENDING jobs).")

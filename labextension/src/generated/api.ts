@@ -415,6 +415,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/admin/cohorts/{name}/short-work-share": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set Short Work Share
+         * @description The fraction of a cohort tree's GPUs level-0 work of any desk may use beyond its desk's quota
+         *     (on the tree's root cohort; 0 turns it off).
+         */
+        put: operations["set_short_work_share_api_admin_cohorts__name__short_work_share_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/admin/nodes": {
         parameters: {
             query?: never;
@@ -1604,6 +1625,12 @@ export interface components {
              * @default 0
              */
             borrowed: number;
+            /**
+             * Short Share
+             * @description Admitted beyond its desk's quota on its cohort's short-work share: not reclaimed until it has received the first service level's GPU-hours.
+             * @default false
+             */
+            short_share: boolean;
             phase: components["schemas"]["Phase"];
             /**
              * Reason
@@ -2119,6 +2146,51 @@ export interface components {
              */
             user_error: number;
         };
+        /** ShortShareUpdate */
+        ShortShareUpdate: {
+            /** Short Work Share */
+            short_work_share: number;
+        };
+        /**
+         * ShortWorkView
+         * @description A cohort tree's short-work share on one flavor: what level-0 work of any of its desks may
+         *     use beyond its desk's quota, and what it lends now.
+         */
+        ShortWorkView: {
+            /**
+             * Cohort
+             * @description The tree's root cohort (it sets short_work_share).
+             */
+            cohort: string;
+            /** Flavor */
+            flavor: string;
+            /**
+             * Share
+             * @description Its short_work_share: the fraction of the tree's nominal GPUs here.
+             */
+            share: number;
+            /**
+             * Gpus
+             * @description The GPUs that fraction comes to.
+             */
+            gpus: number;
+            /**
+             * Lent
+             * @description GPUs lent now to jobs still at level 0 (they are not reclaimed).
+             */
+            lent: number;
+            /**
+             * Jobs
+             * @description Those jobs.
+             */
+            jobs: string[];
+            /**
+             * Lender Wait Max S
+             * @description The longest a job within its desk's quota waited while the share lent GPUs in its way, since this control plane started.
+             * @default 0
+             */
+            lender_wait_max_s: number;
+        };
         /**
          * SiteOfferView
          * @description One site a waiting job could go to, as placement weighed it.
@@ -2319,6 +2391,11 @@ export interface components {
             flavors: components["schemas"]["FlavorCapacity"][];
             /** Usage */
             usage: components["schemas"]["QueueUsage"][];
+            /**
+             * Short Work
+             * @description Each cohort tree's short-work share, per flavor.
+             */
+            short_work: components["schemas"]["ShortWorkView"][];
             /** Fair Share Half Life S */
             fair_share_half_life_s: number;
             /** Preemption Grace S */
@@ -3634,6 +3711,77 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["WeightUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenancyView"];
+                };
+            };
+            /** @description No valid JupyterHub token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token lacks the scope, or the job or action is not yours. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such job (or not visible to you), queue, flavor or input bundle. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request body is larger than this route accepts. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A parameter or the body is invalid, or the job can never run as asked; the sentence names what to change. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    set_short_work_share_api_admin_cohorts__name__short_work_share_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ShortShareUpdate"];
             };
         };
         responses: {

@@ -111,7 +111,20 @@ function weightEditor(kind, name, weight) {
   return el("span", {}, " weight ", input, " ", button);
 }
 
-function renderTree(doc) {
+function shareEditor(name, rows) {
+  const input = el("input", { type: "number", min: "0", max: "1", step: "0.05", value: String(rows[0].share),
+    "aria-label": `short-work share of ${name}` });
+  const button = el("button", { type: "button", text: "set share", "aria-label": `set short-work share of ${name}`,
+    onclick: () => save(`cohorts/${encodeURIComponent(name)}/short-work-share`,
+      { short_work_share: Number(input.value) }, `short-work share of ${name}`) });
+  const lends = rows.map((r) => `${r.flavor}: lends ${r.lent} of ${r.gpus} GPUs`
+    + (r.jobs.length ? ` (${r.jobs.join(", ")})` : "")
+    + (r.lender_wait_max_s ? `, a lender waited up to ${Math.ceil(r.lender_wait_max_s / 60)} min` : "")).join("; ");
+  return el("span", { "data-short-work": name }, " · short-work share ", input, " ", button,
+    el("span", { class: "muted", text: ` ${lends}` }));
+}
+
+function renderTree(doc, shortWork) {
   const children = {};
   for (const [name, c] of Object.entries(doc.cohorts)) (children[c.parent || ""] ||= []).push(["cohort", name, c]);
   for (const [name, q] of Object.entries(doc.cluster_queues)) (children[q.cohort || ""] ||= []).push(["cq", name, q]);
@@ -124,6 +137,8 @@ function renderTree(doc) {
       const label = kind === "cohort" ? `cohort ${name}` : `cluster queue ${name}`;
       const li = el("li", { "data-node": `${kind}:${name}` }, el("strong", { text: label }),
         weightEditor(kind === "cohort" ? "cohorts" : "cluster-queues", name, item.weight));
+      const shares = shortWork.filter((r) => kind === "cohort" && r.cohort === name);
+      if (shares.length) li.append(shareEditor(name, shares));
       if (kind === "cq") li.append(el("span", { class: "muted", text: ` ← tenants: ${(tenantsOf[name] || []).join(", ") || "none"}` }));
       else li.append(list(name));
       ul.append(li);
@@ -448,7 +463,7 @@ async function load({ refresh = false } = {}) {
     if (refresh && editing()) return;
     document.getElementById("settings").textContent =
       `fair-share half-life ${view.fair_share_half_life_s} s · preemption grace ${view.preemption_grace_s} s`;
-    renderTree(view.tenancy);
+    renderTree(view.tenancy, view.short_work);
     renderQuotas(view);
     renderBudgets(view.tenancy, budgets);
     if (costDue) {
