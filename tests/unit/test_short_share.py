@@ -11,7 +11,7 @@ from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.engine import Engine
 from cellscale_hub.scheduling.service import HOUR
 from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
-from cellscale_hub.tenancy import Tenancy
+from cellscale_hub.tenancy import Ordering, Tenancy
 
 NOW = 10 * HOUR
 
@@ -46,6 +46,7 @@ def decide(t: Tenancy, pending, holders, capacity: int = 20):
     return schedule(Snapshot(t, {"gpu": capacity}, tuple(holders), tuple(pending), {}, NOW))
 
 
+SUBMIT_ORDER = desks().model_copy(update={"ordering": Ordering.submit_order()})
 A_FULL = [holder("a-run", "a", 8, ran_h=5)]  # desk a at its quota (it may not borrow)
 
 
@@ -57,6 +58,7 @@ A_FULL = [holder("a-run", "a", 8, ran_h=5)]  # desk a at its quota (it may not b
         ("larger than the share", desks(), [job("big", "a", 4)], A_FULL, 20, []),
         ("not at level 0", desks(), [job("old", "a", 1, attained_gpu_h=2)], A_FULL, 20, []),
         ("share off", desks(share=0), [job("s", "a", 1)], A_FULL, 20, []),
+        ("no service levels: no level 0", SUBMIT_ORDER, [job("s", "a", 1)], A_FULL, 20, []),
         ("no idle GPUs", desks(), [job("s", "a", 1)], [*A_FULL, holder("b-run", "b", 12)], 20, []),
         ("the backend is short", desks(), [job("s", "a", 1)], A_FULL, 8, []),
         (

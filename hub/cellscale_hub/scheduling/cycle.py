@@ -212,8 +212,11 @@ class Run:
         return next((f for f in self.short_flavors(job, flavors) if self.usage.idle_fits(f, job.demand)), None)
 
     def short_flavors(self, job: Workload, flavors: list[str]) -> list[str]:
-        """The flavors whose short-work share has room for the job, if it may use one (level 0)."""
-        if not job.gpus or self.cycle.service.level(job.attained):
+        """The flavors whose short-work share has room for the job, if it may use one: it is at
+        level 0 and has no choice of sites (placement across sites does not use the share)."""
+        if not job.gpus or not self.cycle.service.short_work(job):
+            return []
+        if self.snap.sites and across_sites(self.snap, _flavors(self.flavors_of[job.cluster_queue], job)):
             return []
         usage = self.usage
         tree = usage.root.get(job.cluster_queue)

@@ -146,7 +146,7 @@ def _candidates(snap: Snapshot, usage: Usage, job: Workload, flavor: str, cycle:
 def _spared(h: Holder, cycle: Cycle) -> bool:
     """Not a candidate: already leaving or promised, or on a short-work share while it stays at
     level 0 (what that share lends is bounded, and so is how long it lends it)."""
-    return h.preempting or h.job_id in cycle.taken or (h.short_share and cycle.service.of_holder(h) == 0)
+    return h.preempting or h.job_id in cycle.taken or cycle.service.lent_short(h)
 
 
 def _loss(snap: Snapshot, usage: Usage, h: Holder):

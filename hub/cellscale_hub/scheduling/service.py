@@ -59,6 +59,15 @@ class Service:
     def of_holder(self, holder) -> int:
         return self.level(self.received(holder))
 
+    def short_work(self, job) -> bool:
+        """A waiting job (Workload) that may use a short-work share: it has received less than the
+        first level's service. Without levels there is no short work."""
+        return bool(self.thresholds_s) and job.attained < self.thresholds_s[0]
+
+    def lent_short(self, holder) -> bool:
+        """A holder a short-work share lends GPUs to now: admitted on it and still at level 0."""
+        return holder.short_share and bool(self.thresholds_s) and self.of_holder(holder) == 0
+
     def level_zero_left(self, holder) -> float:
         """Seconds until a holder passes level 0 at its current size (0 when it has)."""
         if not self.thresholds_s:

@@ -70,7 +70,7 @@ def _short_rooms(tenancy: Tenancy, root: dict[str, str], quotas: dict) -> dict[t
 def on_short_share(holders: Iterable[Holder], service: Service) -> list[Holder]:
     """The holders a short-work share lends GPUs to now: admitted on it and still at level 0
     (past it, they are borrowed work like any other)."""
-    return [h for h in holders if h.short_share and service.of_holder(h) == 0]
+    return [h for h in holders if service.lent_short(h)]
 
 
 class Usage:

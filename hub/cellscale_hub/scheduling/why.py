@@ -170,7 +170,7 @@ def _headline(
         return f"{start}: the {noun} its desk may use {are} in use"
     h = holders[0]
     amount = str(h.demand[i]) if resource is not Resource.memory else amount_words(resource, h.demand[i])
-    if _lent_short(h, service):
+    if service.lent_short(h):
         holds = f"({h.tenant or h.cluster_queue}) holds {amount} {noun} {_why(usage, h, job.cluster_queue, i, service)}"
     elif h.cluster_queue == job.cluster_queue:
         holds = f"holds {amount} of the desk's {noun}"
@@ -231,13 +231,8 @@ def _first_in_the_way(
     return heapq.nsmallest(
         MAX_AHEAD,
         firsts,
-        key=lambda h: (not _lent_short(h, service), -borrowed[h.cluster_queue], -h.demand[i], h.job_id),
+        key=lambda h: (not service.lent_short(h), -borrowed[h.cluster_queue], -h.demand[i], h.job_id),
     )
-
-
-def _lent_short(h: Holder, service: Service) -> bool:
-    """It holds GPUs a short-work share lends (beyond its desk's quota, at level 0)."""
-    return h.short_share and service.of_holder(h) == 0
 
 
 SHORT_SHARE_WHY = "on the short-work share"  # how a reason names a holder a short-work share lends GPUs to
@@ -246,7 +241,7 @@ SHORT_SHARE_WHY = "on the short-work share"  # how a reason names a holder a sho
 def _why(usage: Usage, h: Holder, cq: str, i: int, service: Service) -> str:
     """Why `h` holds what is in the way: borrowing only when its queue borrows that resource;
     on the short-work share, until when it cannot be reclaimed."""
-    if _lent_short(h, service):
+    if service.lent_short(h):
         return f"{SHORT_SHARE_WHY}, reclaimable in {_minutes(service.level_zero_left(h))}"
     if usage.borrowed(h.cluster_queue, h.flavor, i):
         return "borrowing"
