@@ -381,6 +381,11 @@ class Sim:
         self.pending_t[ti] -= g
         self.sizes_t[ti][g] -= 1
         self.held_t[ti] += g
+        self.run_from(i, t)
+
+    def run_from(self, i: int, t: float) -> None:
+        """Admitted job i runs from `t` (a node model may start it later: `fragmentation.py`)."""
+        g = self.jobs[i].gpus
         self.started[i] = t
         if self.first_start[i] is None:
             self.first_start[i] = t
@@ -403,7 +408,7 @@ class Sim:
             flavor,
             w.gpus,
             0,
-            t,
+            self.started[i],  # None while it waits for a node (`fragmentation.py`)
             None,
             None,
             False,
@@ -437,7 +442,8 @@ class Sim:
 
     def preempt(self, i: int, t: float) -> None:
         """Warned now; it leaves after the grace period (unless it finishes first)."""
-        self.preempted_young += t - self.holders[i].started < 300
+        started = self.holders[i].started
+        self.preempted_young += started is not None and t - started < 300
         self.holders[i] = replace(self.holders[i], preempting=True)
         self.engine.hold(self.holders[i])
         self.preemptions += 1
@@ -481,6 +487,8 @@ class Sim:
             if g != self.gen[i]:
                 continue  # it finished or left
             h = self.holders[i]
+            if h.started is None:
+                continue  # admitted, waiting for a node: marked again when it starts
             n = int((t - h.started) // self.checkpoint)
             self.holders[i] = replace(h, last_checkpoint=h.started + n * self.checkpoint)
             self.engine.hold(self.holders[i])
@@ -554,7 +562,7 @@ class Sim:
         for i in [i for i in self.holders if i not in keep]:
             self.preemptions += 1
             self.preempted_times[i] += 1
-            self.preempted_young += t - self.started[i] < 300
+            self.preempted_young += self.started[i] is not None and t - self.started[i] < 300
             self.leave(i, t)
         for i in sorted(keep):
             if i not in self.holders:
