@@ -11,6 +11,12 @@ It writes, through the real API, the objects and status transitions those contro
   when the ClusterQueue's nominal GPU quota is used up by the Workloads it admitted (Kueue's
   "couldn't assign flavors ... insufficient unused quota" message), or QuotaReserved and
   Admitted True with the admission, and the job unsuspended;
+- a SIMULATION of Kueue's Topology Aware Scheduling flavor check: a pod set with a
+  `kueue.x-k8s.io/podset-required-topology` (or `-preferred-`) annotation becomes the Workload's
+  `topologyRequest`, and it fits only a flavor whose `topologyName` names a Topology having that
+  level (else QuotaReserved False, Pending, with Kueue's "Flavor ... does not support
+  TopologyAwareScheduling" / "does not contain the requested level"). Not simulated: the nodes,
+  their labels and capacity per domain, i.e. whether and where TAS would place the pods;
 - JobSet / KubeRay: `complete(...)` and `fail(...)` write the Completed / Failed condition (a
   RayJob's jobDeploymentStatus and jobStatus) and Kueue's Finished condition.
 
@@ -35,6 +41,7 @@ PLURAL = {"JobSet": "jobsets", "RayJob": "rayjobs"}
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MERGE = {"Content-Type": "application/merge-patch+json"}
 GPU = "nvidia.com/gpu"
+TAS = {"required": "kueue.x-k8s.io/podset-required-topology", "preferred": "kueue.x-k8s.io/podset-preferred-topology"}
 
 
 def _cond(kind: str, status: str, reason: str, message: str) -> dict:
@@ -132,6 +139,8 @@ class KueueStandIn:
         if (cq.json()["spec"].get("stopPolicy") or "None") != "None":
             return self._inadmissible(ns, workload, f"ClusterQueue {cq_name} is stopped")
         flavor, nominal = _gpu_quota(cq.json())
+        if unfit := self._topology_unfit(workload, flavor):
+            return self._status(ns, workload, [_cond("QuotaReserved", "False", "Pending", unfit)])
         wanted = _gpus(workload)
         used = self._admitted_gpus(cq_name)
         if wanted > nominal - used:
@@ -142,6 +151,29 @@ class KueueStandIn:
             )
             return self._status(ns, workload, [_cond("QuotaReserved", "False", "Pending", message)])
         self._admit(ns, kind, job, workload, cq_name, flavor)
+
+    def _topology_unfit(self, workload: dict, flavor: str) -> str | None:
+        """SIMULATION of Kueue's TAS check of a flavor (checkPodSetAndFlavorMatchForTAS): why the pod
+        set's topology request does not fit `flavor`; None when it asks for none or fits."""
+        pod_set = workload["spec"]["podSets"][0]
+        request = pod_set.get("topologyRequest") or {}
+        level = request.get("required") or request.get("preferred")
+        if not level:
+            return None
+        answer = self.client.get(f"{KUEUE}/resourceflavors/{flavor}")
+        answer.raise_for_status()
+        topology = answer.json()["spec"].get("topologyName")
+        if topology is None:
+            why = f'Flavor "{flavor}" does not support TopologyAwareScheduling'
+        else:
+            answer = self.client.get(f"{KUEUE}/topologies/{topology}")
+            if answer.status_code == 404:
+                why = f'Flavor "{flavor}" information missing in TAS cache'
+            elif level not in {entry["nodeLabel"] for entry in answer.raise_for_status().json()["spec"]["levels"]}:
+                why = f'Flavor "{flavor}" does not contain the requested level'
+            else:
+                return None
+        return f"couldn't assign flavors to pod set {pod_set['name']}: {why}"
 
     def _admitted_gpus(self, cluster_queue: str) -> int:
         """GPUs held by the Workloads admitted to the ClusterQueue and not finished, in every namespace watched."""
@@ -226,15 +258,20 @@ def _has(workload: dict, kind: str) -> bool:
 
 def _pod_set(kind: str, job: dict) -> dict:
     """The Workload's pod set as Kueue's job integrations make it: the JobSet's one replicated
-    Job's pods (parallelism of them), or a RayJob's head and workers (one pod set here)."""
+    Job's pods (parallelism of them), or a RayJob's head and workers (one pod set here); the pod
+    template's TAS annotation as its `topologyRequest`."""
     spec = job["spec"]
     if kind == "JobSet":
         replicated = spec["replicatedJobs"][0]
         job_spec = replicated["template"]["spec"]
-        return {"name": replicated["name"], "count": job_spec["parallelism"], "template": job_spec["template"]}
-    cluster = spec["rayClusterSpec"]
-    workers = sum(group.get("replicas", 0) for group in cluster.get("workerGroupSpecs", []))
-    return {"name": "head", "count": 1 + workers, "template": cluster["headGroupSpec"]["template"]}
+        pod_set = {"name": replicated["name"], "count": job_spec["parallelism"], "template": job_spec["template"]}
+    else:
+        cluster = spec["rayClusterSpec"]
+        workers = sum(group.get("replicas", 0) for group in cluster.get("workerGroupSpecs", []))
+        pod_set = {"name": "head", "count": 1 + workers, "template": cluster["headGroupSpec"]["template"]}
+    annotations = (pod_set["template"].get("metadata") or {}).get("annotations") or {}
+    request = {field: annotations[key] for field, key in TAS.items() if key in annotations}
+    return {**pod_set, "topologyRequest": request} if request else pod_set
 
 
 def _gpus(workload: dict) -> int:

@@ -1,21 +1,31 @@
 """The tenancy mirror and the hub's RBAC against a real kube-apiserver (1.20, dev/kube.py): the
 objects `kube.tenancy` renders are applied (server-side, idempotent), the hub's own identity (a
 ServiceAccount token from the TokenRequest API) may create JobSets, RayJobs and pods only in the
-desks' namespaces and nothing cluster-wide, and a desk's ResourceQuota is enforced at admission.
+desks' namespaces and nothing cluster-wide, and a desk's ResourceQuota is enforced at admission;
+with a backend's topology traits the mirror's Kueue Topology and flavors naming it are accepted, and
+a `--switches` JobSet held by flavors without one is admitted once they name it.
 
 Not proven here (no controller runs; docs/kubernetes.md): Kueue admitting against the
 ClusterQueues, and the resourcequota controller's own accounting (a test-only stand-in writes
-the quota's first status, `seed_quota_status`)."""
+the quota's first status, `seed_quota_status`), and Kueue's Topology Aware Scheduling (the
+stand-in's SIMULATION checks only that the flavor names a Topology with the requested level)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
 
+from cellscale.spec import JobSpec
+from cellscale_hub.drivers.kubernetes import manifests
 from cellscale_hub.drivers.kubernetes import tenancy as kube_tenancy
-from tests.integration.kube_fixtures import apply_as_admin, seed_quota_status
+from cellscale_hub.drivers.kubernetes.tenancy import HubIdentity, render_tenancy
+from cellscale_hub.tenancy import Tenancy
+from tests.integration.kube_fixtures import DESKS_TENANCY, apply_as_admin, seed_quota_status
+from tests.integration.kube_standin import KueueStandIn
 
 pytestmark = pytest.mark.integration
 
@@ -186,3 +196,90 @@ def test_a_desks_resource_quota_is_enforced_when_pods_are_admitted(kube_api, kub
         used = admin.get(f"/api/v1/namespaces/{desk_b}/resourcequotas/cellscale").json()["status"]["used"]
     # counted by the admission plugin itself (the controller would also recount the pod admitted before)
     assert used["requests.nvidia.com/gpu"] == "2"
+
+
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+BLOCK, RACK, HOST = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "kubernetes.io/hostname"
+
+
+def switches_jobset(prefix: str) -> dict:
+    """The JobSet the kubernetes driver renders for `--nodes 2 --switches 1` (TAS: required rack)."""
+    spec = JobSpec(source="x = 1", resources={"nodes": 2, "gpus_per_node": 2, "switches": 1})
+    attempt = manifests.Attempt(
+        job_id="cs-5a5a5a5a5a5a", number=1, job_dir=Path("/shared/jobs/cs-5a5a5a5a5a5a"), spec=spec,
+        owner="alice", tenant="desk-a", queue="default", uid=1001, gid=1001,
+    )  # fmt: skip
+    settings = manifests.KubeSettings(
+        image="cellscale:test", python="python3", jobs_claim="cellscale-jobs", jobs_root="/shared/jobs",
+        namespace_prefix=prefix, topology_level=RACK,
+    )  # fmt: skip
+    return manifests.render(attempt, settings)
+
+
+def mirror(prefix: str, **topology) -> list[dict]:
+    hub = HubIdentity(name="cellscale-hub", namespace=f"{prefix}cellscale")
+    return render_tenancy(Tenancy.from_yaml(DESKS_TENANCY), "k8s", prefix, hub=hub, **topology)
+
+
+def workload_until(admin: httpx.Client, ns: str, done: Callable[[dict], bool], within_s: float = 30.0) -> dict:
+    """The namespace's one Workload once `done` says so (the stand-in writes it)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        items = admin.get(f"{KUEUE}/namespaces/{ns}/workloads").json()["items"]
+        if items and done(items[0]):
+            return items[0]
+        assert time.monotonic() < deadline, f"no such Workload in {ns} after {within_s:.0f} s: {items}"
+        time.sleep(0.1)
+
+
+def reserved(workload: dict) -> dict | None:
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "QuotaReserved"), None)
+
+
+def test_the_mirrors_topology_lets_kueue_admit_a_switches_job_that_flavors_without_one_held(kube_api):
+    """Applied first as before (flavors without a Topology), a `--switches 1` JobSet waits with
+    Kueue's words; applying the mirror with the backend's topology traits (a change Kueue's rules
+    allow: a flavor may gain a topologyName, never lose or change it) creates the Topology and
+    names it in the flavors, the apiserver accepting both, and the same JobSet is admitted."""
+    prefix = kube_api.unique("tas") + "-"
+    ns = f"{prefix}desk-a"
+    apply_as_admin(kube_api, mirror(prefix))
+    with kube_api.admin() as admin, KueueStandIn(admin, [ns]):
+        answer = admin.post(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets", json=switches_jobset(prefix))
+        assert answer.status_code == 201, answer.text
+        held = reserved(workload_until(admin, ns, reserved))
+        assert (held["status"], held["reason"]) == ("False", "Pending")
+        assert held["message"] == (
+            f'couldn\'t assign flavors to pod set node: Flavor "{prefix}a100" does not support TopologyAwareScheduling'
+        )
+        with_topology = mirror(prefix, topology_level=RACK, topology_levels=[BLOCK, RACK, HOST])
+        apply_as_admin(kube_api, with_topology)
+        admitted = workload_until(admin, ns, lambda w: (reserved(w) or {}).get("status") == "True")
+        topology = admin.get(f"{KUEUE}/topologies/{prefix}k8s").json()
+        flavor = admin.get(f"{KUEUE}/resourceflavors/{prefix}a100").json()
+        versions = [admin.get(kube_tenancy.object_path(o)).json()["metadata"]["resourceVersion"] for o in with_topology]
+        apply_as_admin(kube_api, with_topology)
+        again = [admin.get(kube_tenancy.object_path(o)).json()["metadata"]["resourceVersion"] for o in with_topology]
+    assert admitted["spec"]["podSets"][0]["topologyRequest"] == {"required": RACK}
+    assert topology["spec"] == {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]}
+    assert flavor["spec"] == {"nodeLabels": {"cellscale.io/flavor": f"{prefix}a100"}, "topologyName": f"{prefix}k8s"}
+    assert again == versions  # applying it again changes nothing
+
+
+def test_a_topology_without_the_requested_level_still_holds_the_job(kube_api):
+    """The mirror given other levels than the driver's (`--topology-level` is the admin's to pass):
+    the flavor names a Topology, but not one with the rack level the JobSet asks for."""
+    prefix = kube_api.unique("tas") + "-"
+    ns = f"{prefix}desk-a"
+    apply_as_admin(kube_api, mirror(prefix, topology_level=BLOCK))
+    with kube_api.admin() as admin, KueueStandIn(admin, [ns]):
+        answer = admin.post(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets", json=switches_jobset(prefix))
+        assert answer.status_code == 201, answer.text
+        held = reserved(workload_until(admin, ns, reserved))
+        levels = admin.get(f"{KUEUE}/topologies/{prefix}k8s").json()["spec"]["levels"]
+    assert levels == [{"nodeLabel": BLOCK}, {"nodeLabel": HOST}]
+    assert (held["status"], held["message"]) == (
+        "False",
+        f'couldn\'t assign flavors to pod set node: Flavor "{prefix}a100" does not contain the requested level',
+    )

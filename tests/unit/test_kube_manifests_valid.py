@@ -140,10 +140,17 @@ EXPECTED_KINDS = {
 }  # fmt: skip
 
 
+TOPOLOGY = {"topology_level": "cloud.provider.com/topology-rack",
+            "topology_levels": ["cloud.provider.com/topology-block", "cloud.provider.com/topology-rack",
+                                "kubernetes.io/hostname"]}  # fmt: skip
+
+
+@pytest.mark.parametrize("topology", [{}, TOPOLOGY], ids=["no topology", "a Kueue Topology"])
 @pytest.mark.parametrize("hub", HUBS.values(), ids=HUBS.keys())
-def test_every_tenancy_object_validates(hub):
-    objects = render_tenancy(Tenancy.from_yaml(TENANCY), "k8s", "cs-", hub=hub)
-    assert {obj["kind"] for obj in objects} == EXPECTED_KINDS
+def test_every_tenancy_object_validates(hub, topology):
+    """With a topology, Kueue's CEL rules on create hold too (a flavor naming a Topology needs a node label)."""
+    objects = render_tenancy(Tenancy.from_yaml(TENANCY), "k8s", "cs-", hub=hub, **topology)
+    assert {obj["kind"] for obj in objects} == EXPECTED_KINDS | ({"Topology"} if topology else set())
     failures = {}
     for obj in objects:
         try:

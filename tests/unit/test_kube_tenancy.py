@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 
 from cellscale_hub.dev.kube import for_kube_1_20
-from cellscale_hub.drivers.kubernetes.tenancy import HubIdentity, object_path, render_tenancy
+from cellscale_hub.drivers.kubernetes.tenancy import HubIdentity, levels_of, main, object_path, render_tenancy
 from cellscale_hub.tenancy import Tenancy
 
-TENANCY = Tenancy.from_yaml(
-    """
+TENANCY_YAML = """
 flavors:
   a100: {backend: k8s}
   h100: {backend: k8s}
@@ -36,7 +35,7 @@ tenants:
   desk-c: {queues: {default: {cluster_queue: slurm-only}}}
 priority_classes: {normal: 0, high: 100}
 """
-)
+TENANCY = Tenancy.from_yaml(TENANCY_YAML)
 
 
 def by_kind(objects: list[dict]) -> dict[str, list[dict]]:
@@ -123,6 +122,72 @@ def test_the_hub_is_bound_in_each_desk_namespace_only_as_a_service_account_or_a_
         {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "cellscale-hub"}
     ]
     assert "cellscale" not in {o["metadata"]["name"] for o in by_kind(user)["Namespace"]}
+
+
+BLOCK, RACK, HOST = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "kubernetes.io/hostname"
+
+
+def test_with_a_topology_level_the_flavors_name_a_kueue_topology_of_the_backends_levels():
+    objects = render_tenancy(TENANCY, "k8s", "cs-", topology_level=RACK, topology_levels=[BLOCK, RACK, HOST])
+    assert objects[0] == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": "cs-k8s", "labels": {"app.kubernetes.io/managed-by": "cellscale"}},
+        "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]},
+    }
+    assert {f["metadata"]["name"]: f["spec"] for f in by_kind(objects)["ResourceFlavor"]} == {
+        "cs-a100": {"nodeLabels": {"cellscale.io/flavor": "cs-a100"}, "topologyName": "cs-k8s"},
+        "cs-h100": {"nodeLabels": {"cellscale.io/flavor": "cs-h100"}, "topologyName": "cs-k8s"},
+    }
+    assert [o["kind"] for o in objects[1:]] == [o["kind"] for o in render_tenancy(TENANCY, "k8s", "cs-")]
+    plain = render_tenancy(TENANCY, "k8s", "cs-")  # no topology level: no Topology, flavors without labels
+    assert "Topology" not in by_kind(plain) and [f["spec"] for f in by_kind(plain)["ResourceFlavor"]] == [{}, {}]
+
+
+LEVELS = [
+    # (topology_level, topology_levels) -> the Topology's levels, or the refusal
+    ("", [], ()),
+    (RACK, [], (RACK, HOST)),  # the level above each node
+    (HOST, [], (HOST,)),
+    (RACK, [BLOCK, RACK, HOST], (BLOCK, RACK, HOST)),
+    (BLOCK, [BLOCK, RACK], (BLOCK, RACK)),
+    ("", [BLOCK, RACK], "topology_levels ['cloud.provider.com/topology-block', 'cloud.provider.com/topology-rack'] "
+     "are set but topology_level is empty: set topology_level to the level `--switches 1` keeps a gang within "
+     "(one of them)"),
+    ("rack", [BLOCK, RACK, HOST], "topology_level 'rack' is not one of topology_levels "
+     "['cloud.provider.com/topology-block', 'cloud.provider.com/topology-rack', 'kubernetes.io/hostname']: "
+     "Kueue would never admit a --switches job asking for it; add it to the levels or choose one of them"),
+    (RACK, [HOST, RACK], "topology_levels ['kubernetes.io/hostname', 'cloud.provider.com/topology-rack']: "
+     "Kueue allows kubernetes.io/hostname only as the last (lowest) level"),
+    (RACK, [RACK, RACK], "topology_levels ['cloud.provider.com/topology-rack', 'cloud.provider.com/topology-rack']: "
+     "Kueue needs at most 16 levels, each a different node label"),
+    (RACK, [f"l{i}" for i in range(16)] + [RACK], "Kueue needs at most 16 levels"),
+    ("Rack Label", [], "topology level 'Rack Label' is not a Kubernetes label key"),
+    ("EXAMPLE.com/rack", [], "topology level 'EXAMPLE.com/rack' is not a Kubernetes label key"),
+    (RACK, [RACK, "a/b/c"], "topology level 'a/b/c' is not a Kubernetes label key"),
+    (RACK, [RACK, "x" * 64], "is not a Kubernetes label key"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("level", "levels", "expected"), LEVELS)
+def test_topology_levels_default_below_the_level_and_are_refused_as_kueue_would(level, levels, expected):
+    if isinstance(expected, tuple):
+        assert levels_of(level, levels) == expected
+        return
+    with pytest.raises(ValueError) as refused:
+        render_tenancy(TENANCY, "k8s", topology_level=level, topology_levels=levels)
+    assert expected in str(refused.value)
+
+
+def test_the_command_line_takes_the_drivers_topology_traits_and_refuses_bad_ones(tmp_path, capsys):
+    tenancy = tmp_path / "tenants.yaml"
+    tenancy.write_text(TENANCY_YAML)
+    assert main([str(tenancy), "--backend", "k8s", "--topology-level", RACK, "--topology-levels", BLOCK, RACK]) == 0
+    assert "kind: Topology\nmetadata:\n  name: k8s\n" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        main([str(tenancy), "--backend", "k8s", "--topology-levels", BLOCK, RACK])
+    assert exited.value.code == 2
+    assert "topology_level is empty" in capsys.readouterr().err
 
 
 def test_object_paths_cover_every_rendered_kind():

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from traitlets import TraitError
 
 from cellscale.runtime.records import ExitRecord, Started
 from cellscale.spec import JobSpec
@@ -167,6 +168,18 @@ def test_the_dry_run_is_the_manifest_as_the_owner(driver, tmp_path):
 def test_an_owner_without_an_account_is_refused(driver, tmp_path):
     with pytest.raises(SpecRejected, match="there is no Unix user 'nosuchuser9'"):
         driver.render(dataclasses.replace(ref(tmp_path), owner="nosuchuser9"))
+
+
+def test_topology_levels_without_the_level_switches_ask_for_are_refused_when_configured():
+    with pytest.raises(TraitError) as refused:
+        KubernetesDriver(
+            topology_level="example.com/rack", topology_levels=["example.com/block", "kubernetes.io/hostname"]
+        )
+    assert str(refused.value) == (
+        "KubernetesDriver 'k8s': topology_level 'example.com/rack' is not one of topology_levels "
+        "['example.com/block', 'kubernetes.io/hostname']: Kueue would never admit a --switches job asking for it; "
+        "add it to the levels or choose one of them"
+    )
 
 
 def test_switches_without_a_topology_level_are_refused(driver):

@@ -24,7 +24,7 @@ import logging
 import pwd
 import time
 
-from traitlets import Float, Integer, Unicode, default
+from traitlets import Float, Integer, List, TraitError, Unicode, default
 
 from cellscale.runtime.records import LaunchPlan, PreemptNotice
 from cellscale.spec import BackendView, JobSpec, Launcher
@@ -35,6 +35,7 @@ from cellscale_hub.drivers.jobfiles import fault_from_job_dir, heartbeat_of
 from cellscale_hub.drivers.kubernetes import manifests
 from cellscale_hub.drivers.kubernetes.names import NotAKubernetesName, namespace
 from cellscale_hub.drivers.kubernetes.status import condition, observe
+from cellscale_hub.drivers.kubernetes.tenancy import levels_of
 from cellscale_hub.drivers.kubernetes.watch import (
     JOBSET,
     LOCALQUEUE,
@@ -86,7 +87,15 @@ class KubernetesDriver(KubeWatches, Driver, ChecksQueue, MirrorsTenancy):
         "",
         help="""The node label of one leaf switch's domain, a level of the Kueue Topology the flavor names
         (e.g. cloud.provider.com/topology-block). `--switches 1` then requires the gang under one such
-        domain, more switches prefer as few as possible. Empty: --switches is refused.""",
+        domain, more switches prefer as few as possible. Empty: --switches is refused. The tenancy mirror
+        (`drivers.kubernetes.tenancy --topology-level`) creates the Topology and names it in the flavors.""",
+    ).tag(config=True)
+    topology_levels = List(
+        Unicode(),
+        help="""Every level of the backend's Kueue Topology, widest first, each a node label: e.g.
+        [cloud.provider.com/topology-block, cloud.provider.com/topology-rack, kubernetes.io/hostname]
+        (kubernetes.io/hostname only last). `topology_level` must be one of them. Empty: `topology_level`
+        above kubernetes.io/hostname. Give the mirror the same (`--topology-levels`).""",
     ).tag(config=True)
     master_port = Integer(29500, help="The rendezvous port on node 0's pod (torchrun, jax).").tag(config=True)
     nodes = Integer(4, min=1, help="Nodes of the fleet behind the flavor (the hub cannot list nodes).").tag(config=True)
@@ -112,6 +121,10 @@ class KubernetesDriver(KubeWatches, Driver, ChecksQueue, MirrorsTenancy):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
+        try:
+            levels_of(self.topology_level, self.topology_levels)
+        except ValueError as exc:
+            raise TraitError(f"KubernetesDriver {self.name!r}: {exc}") from None
         self._queues: dict[tuple[str, str], tuple[float, dict | None]] = {}
         self._cancelled: set[tuple[str, int]] = set()  # attempts cancel() deleted: their absence is no loss
         self._created: dict[tuple[str, int], float] = {}  # attempts submit() created, when

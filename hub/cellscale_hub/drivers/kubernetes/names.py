@@ -17,12 +17,16 @@ TENANT_LABEL = "cellscale.io/tenant"
 JOB_LABEL = "cellscale.io/job"
 ATTEMPT_LABEL = "cellscale.io/attempt"
 USER_LABEL = "cellscale.io/user"
+FLAVOR_LABEL = "cellscale.io/flavor"  # on a topology backend's nodes: the ResourceFlavor they belong to
 
 JOBS_SERVICE_ACCOUNT = "cellscale-jobs"  # in every desk's namespace: its jobs' pods run as it (no API rights)
 SERVERS_SERVICE_ACCOUNT = "cellscale-servers"  # in every desk's namespace: its users' servers (no API rights)
 HUB_ROLE = "cellscale-hub"  # the hub's Role and RoleBinding in every desk's namespace
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# A label key: an optional DNS-subdomain prefix and '/', then a name (Kubernetes' qualified name).
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
 class NotAKubernetesName(ValueError):
@@ -37,6 +41,18 @@ def dns_label(name: str, what: str) -> str:
             "(at most 63, starting and ending with a letter or digit)"
         )
     return name
+
+
+def label_key(key: str, what: str) -> str:
+    """`key` unchanged when Kubernetes accepts it as a label key (`[prefix/]name`), else a refusal naming it."""
+    prefix, _, name = key.rpartition("/")
+    if not _LABEL_NAME.match(name) or ("/" in key and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix))):
+        raise NotAKubernetesName(
+            f"{what} {key!r} is not a Kubernetes label key: an optional DNS subdomain and '/' (e.g. "
+            "cloud.provider.com/topology-rack), then at most 63 letters, digits, '-', '_' or '.', starting and "
+            "ending with a letter or digit"
+        )
+    return key
 
 
 def namespace(tenant: str, prefix: str = "") -> str:

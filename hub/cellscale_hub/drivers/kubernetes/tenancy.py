@@ -3,10 +3,13 @@
 `render_tenancy(tenancy, backend, prefix)` is pure: for one backend (the flavors whose
 `backend` is its name) it returns, in the order they must be created,
 
+- with a `topology_level` (the backend's Kueue Topology Aware Scheduling): a Kueue Topology
+  (`prefix`+backend) whose levels are the node labels of `topology_levels`, widest first;
 - per ClusterQueue with a flavor of the backend: a Kueue ClusterQueue (`prefix`+name; one
   resource group covering `nvidia.com/gpu`, `cpu` and `memory`, per flavor the nominal,
   borrowing and lending figures of cellscale's quota), the Cohorts on its path to the root
-  (each with its parent and fair-share weight), the ResourceFlavors it names;
+  (each with its parent and fair-share weight), the ResourceFlavors it names (with a topology:
+  naming the Topology, `topologyName`, and selecting their nodes by `cellscale.io/flavor`);
 - the WorkloadPriorityClasses (cellscale's priority classes, same names and values: a job's
   `kueue.x-k8s.io/priority-class` label names one);
 - per desk with a queue on those ClusterQueues: its Namespace (`prefix`+desk), the
@@ -37,6 +40,7 @@ import yaml
 
 from cellscale.vocabulary import Resource
 from cellscale_hub.drivers.kubernetes.names import (
+    FLAVOR_LABEL,
     HUB_ROLE,
     JOBS_SERVICE_ACCOUNT,
     MANAGED_BY,
@@ -44,6 +48,7 @@ from cellscale_hub.drivers.kubernetes.names import (
     TENANT_LABEL,
     cluster_scoped,
     dns_label,
+    label_key,
     namespace,
 )
 from cellscale_hub.tenancy import Tenancy
@@ -56,6 +61,8 @@ FIELD_MANAGER = "cellscale"
 # above any fleet, whose milli-units still fit Kueue's int64 arithmetic.
 UNLIMITED_CPU = "1000000000"
 UNLIMITED_MEMORY = "1Ei"
+HOSTNAME_LEVEL = "kubernetes.io/hostname"  # Kueue allows it only as a Topology's lowest level
+MAX_TOPOLOGY_LEVELS = 16  # Kueue's Topology: at most 16 levels
 
 
 @dataclass(frozen=True)
@@ -90,14 +97,27 @@ HUB_RULES = (
 )  # fmt: skip
 
 
-def render_tenancy(tenancy: Tenancy, backend: str, prefix: str = "", *, hub: HubIdentity | None = None) -> list[dict]:
-    """Every object of the mirror, cluster-wide ones first (a namespaced object may name them)."""
+def render_tenancy(
+    tenancy: Tenancy,
+    backend: str,
+    prefix: str = "",
+    *,
+    hub: HubIdentity | None = None,
+    topology_level: str = "",
+    topology_levels: Sequence[str] = (),
+) -> list[dict]:
+    """Every object of the mirror, cluster-wide ones first (a namespaced object may name them).
+
+    `topology_level` and `topology_levels` are the backend's KubernetesDriver traits of those
+    names: with a level, the flavors name a Kueue Topology of those levels (`levels_of`)."""
     hub = hub or HubIdentity()
+    levels = levels_of(topology_level, topology_levels)
+    topology = topology_name(backend, prefix) if levels else None
     queues = [name for name in tenancy.cluster_queues if tenancy.flavors_for(name, backend)]
     desks = {tenant: _desk_queues(tenancy, tenant, queues) for tenant in tenancy.tenants}
     desks = {tenant: local for tenant, local in desks.items() if local}
-    objects: list[dict] = []
-    objects += [_resource_flavor(flavor, prefix) for flavor in _flavors(tenancy, queues, backend)]
+    objects: list[dict] = [_topology(topology, levels)] if topology else []
+    objects += [_resource_flavor(flavor, prefix, topology) for flavor in _flavors(tenancy, queues, backend)]
     objects += [_cohort(tenancy, cohort, prefix) for cohort in _cohorts(tenancy, queues)]
     objects += [_cluster_queue(tenancy, cq, backend, prefix, _users_of(desks, cq)) for cq in queues]
     objects += [_priority_class(name, value) for name, value in tenancy.priority_classes.items()]
@@ -106,6 +126,40 @@ def render_tenancy(tenancy: Tenancy, backend: str, prefix: str = "", *, hub: Hub
     for tenant, local in desks.items():
         objects += _desk(tenancy, tenant, local, backend, prefix, hub)
     return objects
+
+
+def levels_of(level: str, levels: Sequence[str] = ()) -> tuple[str, ...]:
+    """The levels of the backend's Kueue Topology, widest first: `levels` as configured or, when
+    none are, `level` above the node (kubernetes.io/hostname); none without a `level`. Refuses
+    (ValueError, in words) what Kueue would, and a `level` that is not one of them: `--switches`
+    asks Kueue for a domain of `level`, which only a level of the flavor's Topology can give."""
+    if not level:
+        if levels:
+            raise ValueError(
+                f"topology_levels {list(levels)} are set but topology_level is empty: set topology_level to the "
+                "level `--switches 1` keeps a gang within (one of them)"
+            )
+        return ()
+    chosen = tuple(levels) or ((level,) if level == HOSTNAME_LEVEL else (level, HOSTNAME_LEVEL))
+    for key in chosen:
+        label_key(key, "topology level")
+    if len(set(chosen)) != len(chosen) or len(chosen) > MAX_TOPOLOGY_LEVELS:
+        raise ValueError(f"topology_levels {list(chosen)}: Kueue needs at most 16 levels, each a different node label")
+    if HOSTNAME_LEVEL in chosen[:-1]:
+        raise ValueError(
+            f"topology_levels {list(chosen)}: Kueue allows {HOSTNAME_LEVEL} only as the last (lowest) level"
+        )
+    if level not in chosen:
+        raise ValueError(
+            f"topology_level {level!r} is not one of topology_levels {list(chosen)}: Kueue would never admit a "
+            "--switches job asking for it; add it to the levels or choose one of them"
+        )
+    return chosen
+
+
+def topology_name(backend: str, prefix: str = "") -> str:
+    """The backend's Kueue Topology: `prefix` + the backend's name."""
+    return cluster_scoped(backend, prefix, "backend (its Kueue Topology's name)")
 
 
 def _desk_queues(tenancy: Tenancy, tenant: str, queues: list[str]) -> dict[str, str]:
@@ -158,9 +212,18 @@ def _mebibytes(amount: int) -> str:
     return f"{amount}Ei"
 
 
-def _resource_flavor(flavor: str, prefix: str) -> dict:
+def _topology(name: str, levels: tuple[str, ...]) -> dict:
+    levels_ = [{"nodeLabel": level} for level in levels]
+    return {"apiVersion": KUEUE_API, "kind": "Topology", "metadata": _meta(name), "spec": {"levels": levels_}}
+
+
+def _resource_flavor(flavor: str, prefix: str, topology: str | None) -> dict:
+    """Without a topology no node labels (an admin's survive re-applying). With one, Kueue wants at
+    least one node label (its rule "at least one nodeLabel is required when topology is set"), and
+    both are immutable from then on: the flavor's nodes are those labelled `cellscale.io/flavor=<name>`."""
     name = cluster_scoped(flavor, prefix, "flavor")
-    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": _meta(name), "spec": {}}
+    spec = {} if topology is None else {"nodeLabels": {FLAVOR_LABEL: name}, "topologyName": topology}
+    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": _meta(name), "spec": spec}
 
 
 def _cohort(tenancy: Tenancy, cohort: str, prefix: str) -> dict:
@@ -329,6 +392,7 @@ _PLURALS = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "ResourceFlavor": "resourceflavors",
+    "Topology": "topologies",
     "Cohort": "cohorts",
     "ClusterQueue": "clusterqueues",
     "LocalQueue": "localqueues",
@@ -387,6 +451,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prefix", default="", help="prefix of namespaces and cluster-wide names")
     parser.add_argument("--hub-service-account", default="cellscale/cellscale-hub", metavar="NAMESPACE/NAME")
     parser.add_argument("--hub-user", help="the hub is this user (out of cluster) rather than a ServiceAccount")
+    parser.add_argument(
+        "--topology-level", default="", metavar="LABEL", help="the backend's KubernetesDriver.topology_level"
+    )
+    parser.add_argument(
+        "--topology-levels", nargs="+", default=[], metavar="LABEL", help="its KubernetesDriver.topology_levels"
+    )
     parser.add_argument("--apply", action="store_true", help="server-side apply them (admin credentials)")
     parser.add_argument("--kubeconfig", type=Path, help="with --apply; default: $KUBECONFIG or ~/.kube/config")
     args = parser.parse_args(argv)
@@ -395,7 +465,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         hub_namespace, _, hub_name = args.hub_service_account.partition("/")
         hub = HubIdentity(name=hub_name, namespace=hub_namespace)
-    objects = render_tenancy(Tenancy.from_yaml(args.tenancy.read_text()), args.backend, args.prefix, hub=hub)
+    tenancy = Tenancy.from_yaml(args.tenancy.read_text())
+    try:
+        objects = render_tenancy(
+            tenancy, args.backend, args.prefix, hub=hub,
+            topology_level=args.topology_level, topology_levels=args.topology_levels,
+        )  # fmt: skip
+    except ValueError as exc:
+        parser.error(str(exc))
     if not args.apply:
         sys.stdout.write(to_yaml(objects))
         return 0
