@@ -128,3 +128,51 @@ def test_the_share_is_set_on_a_tree_root_only():
         Tenancy.model_validate(
             {"cohorts": {"firm": {}, "div": {"parent": "firm", "short_work_share": 0.2}}, "flavors": {}}
         )
+
+
+# -- freeing GPUs for the share: borrowed work past level 0 ------------------------------------
+A_STALE = holder("a-run", "a", 8, ran_h=5, ckpt_ago_s=3600)  # its last checkpoint is old: no victim for service
+B_OWN = holder("b-own", "b", 12, ran_h=5)
+B_LOAN = holder("b-loan", "b", 2, ran_h=2)  # beyond b's nominal 12, past level 0 (4 GPU-hours)
+
+
+def test_a_short_job_frees_its_gpus_from_work_another_desk_runs_beyond_its_quota():
+    decision = decide(desks(), [job("s", "a", 2)], [A_STALE, B_OWN, B_LOAN], capacity=22)  # nothing idle
+    assert decision.admit == []
+    assert [p.job_id for p in decision.preempt] == ["b-loan"]
+    assert decision.preempt[0].reason.startswith(
+        "preempted for short job s of queue a (under 1 GPU-hours received), on the short-work share of its cohort: "
+        "b was borrowing these gpu GPUs beyond its nominal quota"
+    )
+    assert decision.pending["s"].code.value == "Preempting"
+
+
+@pytest.mark.parametrize(
+    "case, holders, capacity",
+    [
+        ("the borrowed job is itself at level 0", [A_STALE, B_OWN, holder("b-loan", "b", 2, ran_h=0.2)], 22),
+        ("the other desk is within its quota", [A_STALE, B_OWN], 20),
+        (
+            "the borrowed job has a higher priority",
+            [A_STALE, B_OWN, Holder("b-loan", "b", "gpu", 2, 100, NOW - 2 * HOUR, NOW - 60, tenant="b")],
+            22,
+        ),
+    ],
+)
+def test_what_the_share_does_not_take(case, holders, capacity):
+    decision = decide(desks(), [job("s", "a", 2)], holders, capacity)
+    assert decision.preempt == [] and decision.admit == [], case
+
+
+def test_the_share_room_is_held_within_a_cycle_for_the_job_it_frees_gpus_for():
+    holders = [A_STALE, B_OWN, B_LOAN, holder("b-loan2", "b", 2, ran_h=3)]
+    decision = decide(desks(), [job("s1", "a", 2), job("s2", "a", 2)], holders, capacity=24)
+    assert [p.for_job for p in decision.preempt] == ["s1"]  # the share's 2 GPUs are s1's: s2 takes none
+    assert decision.pending["s2"].code.value != "Preempting"
+
+
+def test_a_job_already_leaving_is_promised_rather_than_a_new_victim():
+    leaving = Holder("b-loan", "b", "gpu", 2, 0, NOW - 2 * HOUR, NOW - 60, preempting=True, tenant="b")
+    decision = decide(desks(), [job("s", "a", 2)], [A_STALE, B_OWN, leaving], capacity=22)
+    assert decision.preempt == []
+    assert decision.pending["s"].code.value == "Preempting"
