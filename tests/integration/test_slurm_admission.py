@@ -51,7 +51,7 @@ def test_quotas_are_mirrored_into_slurm_accounts(slurm_plane, slurm_cluster):
     set_borrowing(slurm_plane, "desk-b", 0)
     raw = None
     try:
-        assert assoc(slurm_cluster, "desk-b") == ("gres/gpu=16", "500")
+        assert assoc(slurm_cluster, "desk-b") == ("gres/gpu=19", "500")  # 16 + the short-work share (3 of 32)
         # a job submitted around cellscale meets the same ceiling in Slurm itself
         raw = subprocess.run(
             [

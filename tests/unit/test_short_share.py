@@ -9,9 +9,10 @@ import pytest
 
 from cellscale_hub.scheduling.cycle import schedule
 from cellscale_hub.scheduling.engine import Engine
+from cellscale_hub.scheduling.resources import Amounts
 from cellscale_hub.scheduling.service import HOUR
 from cellscale_hub.scheduling.types import Holder, Snapshot, Workload
-from cellscale_hub.tenancy import Ordering, Tenancy
+from cellscale_hub.tenancy import Ordering, ResourceQuota, Tenancy
 
 NOW = 10 * HOUR
 
@@ -176,3 +177,15 @@ def test_a_job_already_leaving_is_promised_rather_than_a_new_victim():
     decision = decide(desks(), [job("s", "a", 2)], [A_STALE, B_OWN, leaving], capacity=22)
     assert decision.preempt == []
     assert decision.pending["s"].code.value == "Preempting"
+
+
+def test_the_share_lends_gpus_only_a_short_jobs_cores_stay_within_its_desks_quota():
+    t = desks().model_copy(deep=True)
+    t.cluster_queues["a"].quotas["gpu"].cpu = ResourceQuota(nominal=8, borrowing_limit=0)
+    cores = [
+        Workload("s1", "a", 1, submitted=NOW - 60, tenant="a", cpus=6),
+        Workload("s2", "a", 1, submitted=NOW - 50, tenant="a", cpus=6),  # 12 cores: over desk a's 8
+    ]
+    decision = schedule(Snapshot(t, {"gpu": Amounts(20, 64, 0)}, tuple(A_FULL), tuple(cores), {}, NOW))
+    assert [(a.job_id, a.short_share) for a in decision.admit] == [("s1", True)]
+    assert "s2" in decision.pending

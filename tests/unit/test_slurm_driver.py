@@ -32,7 +32,7 @@ from cellscale_hub.drivers.slurm.parse import (
 from cellscale_hub.drivers.slurm.script import sbatch_quote
 from cellscale_hub.drivers.types import AttemptRef, BackendUnreachable, SpecRejected
 from cellscale_hub.scheduling.resources import Amounts
-from cellscale_hub.tenancy import Tenancy
+from cellscale_hub.tenancy import Cohort, Tenancy
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 
@@ -348,12 +348,15 @@ def test_account_limits_mirror_quota_ceiling_and_entitled_share():
     )
     # the root has two children (cohort firm, queue laptop): firm is entitled to 1/2, trading
     # to 3/4 of that, each desk to half of trading: 0.1875 of the fleet; lab 1/2 · 1/4
-    # no queue quotas CPUs or memory: the accounts get no limit on them
+    # no queue quotas CPUs or memory: the accounts get no limit on them; firm's tree lends 10%
+    # of its 32 nominal slurm GPUs to short work beyond any desk's quota: 3 more
     assert account_limits(tenancy, ["slurm"], Amounts(32, 128, 512000)) == {
-        "desk-a": AccountLimits(20, None, None, 188),  # 16 + its borrowing limit 4
-        "desk-b": AccountLimits(24, None, None, 188),  # 8 + what desk-a may lend (16); lab lends nothing
+        "desk-a": AccountLimits(23, None, None, 188),  # 16 + its borrowing limit 4 + the short-work share 3
+        "desk-b": AccountLimits(27, None, None, 188),  # 8 + what desk-a may lend (16) + 3; lab lends nothing
         "lab": AccountLimits(32, None, None, 125),  # 8 + 16 + 8 = 32, the whole cluster
     }  # Laptop is no Slurm account name and has no Slurm quota
+    without = tenancy.model_copy(update={"cohorts": {**tenancy.cohorts, "firm": Cohort(short_work_share=0)}})
+    assert account_limits(without, ["slurm"], Amounts(32, 128, 512000))["desk-a"].gpus == 20
 
 
 # Two partitions of one cluster as two backends: GPU nodes (slurm) and a CPU pool (slurm-cpu).

@@ -218,13 +218,15 @@ class Run:
             return []
         if self.snap.sites and across_sites(self.snap, _flavors(self.flavors_of[job.cluster_queue], job)):
             return []
-        usage = self.usage
-        tree = usage.root.get(job.cluster_queue)
+        usage, cq = self.usage, job.cluster_queue
+        tree = usage.root.get(cq)
+        others = Amounts(0, job.cpus, job.memory)  # the share lends GPUs: cores and memory within its quota
         return [
             f
             for f in flavors
             if job.gpus <= usage.short_room.get((tree, f), 0) - self.on_short.get((tree, f), 0)
-            and usage.has(job.cluster_queue, f)
+            and usage.has(cq, f)
+            and (not any(others) or usage.fits(cq, f, others))
         ]
 
     def preempt_for(self, job: Workload, usable: list[str]) -> None:
@@ -313,7 +315,7 @@ class Run:
         """`short`: on its tree's short-work share (`on_short_share`), beyond its desk's quota."""
         usage, cycle = self.usage, self.cycle
         if short:
-            usage.physical[flavor] = usage.physical[flavor].plus(job.demand)
+            usage.add_short(cq, flavor, job.demand)
             self.on_short[usage.root[cq], flavor] += job.gpus
         else:
             usage.add(cq, flavor, job.demand)

@@ -163,15 +163,20 @@ class Usage:
         return self.short(cq, flavor, demand) is None
 
     def off_quota(self, holders: Iterable[Holder]) -> dict[tuple[str, str], int]:
-        """Holders on a short-work share count physically only, not in their queue's quota
-        (what the desk holds within its quota stays its own); returns the GPUs each
-        (tree root, flavor) share lends."""
+        """The GPUs of holders on a short-work share count physically only, not in their queue's
+        quota (what the desk holds within its quota stays its own; their cores and memory stay
+        in it); returns the GPUs each (tree root, flavor) share lends."""
         lent: dict[tuple[str, str], int] = defaultdict(int)
         for h in holders:
-            self.add(h.cluster_queue, h.flavor, Amounts().minus(h.demand))
-            self.physical[h.flavor] = self.physical[h.flavor].plus(h.demand)
+            self.add(h.cluster_queue, h.flavor, Amounts(-h.gpus))
+            self.physical[h.flavor] = self.physical[h.flavor].plus(Amounts(h.gpus))
             lent[self.root.get(h.cluster_queue, ""), h.flavor] += h.gpus
         return lent
+
+    def add_short(self, cq: str, flavor: str, demand: Amounts) -> None:
+        """A job admitted on a short-work share: its GPUs physically only (`off_quota`)."""
+        self.add(cq, flavor, Amounts(0, demand[1], demand[2]))
+        self.physical[flavor] = self.physical[flavor].plus(Amounts(demand[0]))
 
     def idle_fits(self, flavor: str, demand: Amounts) -> bool:
         """The flavor has `demand` physically idle, whatever the quotas."""

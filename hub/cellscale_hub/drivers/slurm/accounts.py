@@ -12,6 +12,7 @@ from cellscale_hub.drivers.capabilities import MirrorsTenancy
 from cellscale_hub.drivers.slurm.script import SAFE_NAME
 from cellscale_hub.scheduling.fairshare import FairTree
 from cellscale_hub.scheduling.resources import RESOURCES, Amounts
+from cellscale_hub.scheduling.usage import QuotaBook
 from cellscale_hub.tenancy import Tenancy
 
 
@@ -75,6 +76,7 @@ def account_limits(tenancy: Tenancy, backends: Iterable[str], cluster: Amounts) 
     entitled fraction of the fleet from the cohort tree's weights, in thousandths, so Slurm's
     own fair-share factor orders anything it orders the way cellscale would."""
     tree = FairTree.of(tenancy)
+    short = _short_rooms(tenancy)
     backends = list(backends)
     limits: dict[str, AccountLimits] = {}
     for tenant, config in tenancy.tenants.items():
@@ -84,19 +86,31 @@ def account_limits(tenancy: Tenancy, backends: Iterable[str], cluster: Amounts) 
         placed = [(cq, flavor) for cq in queues for backend in backends for flavor in tenancy.flavors_for(cq, backend)]
         if not placed:
             continue
-        ceilings = [_ceiling(tenancy, placed, resource, cap) for resource, cap in zip(RESOURCES, cluster, strict=True)]
+        ceilings = [
+            _ceiling(tenancy, placed, resource, cap, short) for resource, cap in zip(RESOURCES, cluster, strict=True)
+        ]
         fraction = sum(_entitled(tree, cq) for cq in {cq for cq, _ in placed})
         limits[tenant] = AccountLimits(*ceilings, shares=max(1, round(1000 * fraction)))
     return limits
 
 
-def _ceiling(tenancy: Tenancy, placed: list[tuple[str, str]], resource: Resource, cap: int) -> int | None:
-    """The most of `resource` these (cluster queue, flavor) pairs could hold at once; None
-    when one of them has no quota on it."""
+def _ceiling(
+    tenancy: Tenancy, placed: list[tuple[str, str]], resource: Resource, cap: int, short: dict[tuple[str, str], int]
+) -> int | None:
+    """The most of `resource` these (cluster queue, flavor) pairs could hold at once (GPUs: and
+    what their trees' short-work shares may lend them beyond it); None when one of them has no
+    quota on it."""
     amounts = [tenancy.max_admissible(cq, flavor, resource) for cq, flavor in placed]
     if any(amount is None for amount in amounts):
         return None
+    if resource is Resource.gpu:
+        amounts += [short.get((tenancy.root_of(cq), flavor), 0) for cq, flavor in placed]
     return min(sum(amounts), cap)
+
+
+def _short_rooms(tenancy: Tenancy) -> dict[tuple[str, str], int]:
+    """(tree root, flavor) -> GPUs its short-work share may lend (none without service levels)."""
+    return QuotaBook(tenancy).short_room if tenancy.ordering.service_levels_gpu_hours else {}
 
 
 def _limit(amount: int | None) -> str:
