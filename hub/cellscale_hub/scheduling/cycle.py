@@ -207,9 +207,24 @@ class Run:
     def on_short_share(self, job: Workload, flavors: list[str]) -> str | None:
         """The first flavor where the job may start on its tree's short-work share: it has
         received less service than the first level, its GPUs are physically idle there, and the
-        share lends fewer than its size allows (`Cohort.short_work_share`). No claim of a blocked
-        head holds it back: what the share lends is bounded, and so is how long it lends it."""
-        return next((f for f in self.short_flavors(job, flavors) if self.usage.idle_fits(f, job.demand)), None)
+        share lends fewer than its size allows (`Cohort.short_work_share`). A blocked head's claim
+        holds it back only once that head reserves (`unreserved`)."""
+        return next(
+            (
+                f
+                for f in self.short_flavors(job, flavors)
+                if self.usage.idle_fits(f, job.demand) and self.unreserved(job, f)
+            ),
+            None,
+        )
+
+    def unreserved(self, job: Workload, flavor: str) -> bool:
+        """No head of the job's tree that has waited long enough to reserve (`Service.reserves`)
+        claims the flavor: the share may take idle GPUs a younger head waits for (it delays it
+        by a bounded time), never those of one that reserved (a gang as large as the fleet
+        would otherwise wait for as long as short work keeps coming)."""
+        head = claimant(self.usage, self.cycle, job, flavor)
+        return head is None or not self.cycle.service.reserves(head)
 
     def short_flavors(self, job: Workload, flavors: list[str]) -> list[str]:
         """The flavors whose short-work share has room for the job, if it may use one: it is at
