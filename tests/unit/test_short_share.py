@@ -191,11 +191,21 @@ def test_the_share_lends_gpus_only_a_short_jobs_cores_stay_within_its_desks_quot
     assert "s2" in decision.pending
 
 
-@pytest.mark.parametrize("waited_min, expect", [(5, ["s"]), (60, [])])
-def test_the_share_leaves_idle_gpus_to_a_head_that_reserved_them(waited_min, expect):
-    """Desk b's head (4 GPUs within its quota, 2 idle) claims the flavor: a short job of desk a
-    may take the idle GPUs while the head is young, not once it has reserved (30 min)."""
-    head = Workload("head", "b", 4, submitted=NOW - waited_min * 60, tenant="b", queued_at=NOW - waited_min * 60)
+@pytest.mark.parametrize(
+    "case, waited_min, head_gpus, expect",
+    [
+        ("a young head", 5, 4, ["s"]),
+        ("a head that reserved but fits beside a full share", 60, 4, ["s"]),
+        ("a head that reserved and needs all but the share", 60, 15, []),
+    ],
+)
+def test_the_share_leaves_idle_gpus_to_a_head_that_reserved_and_needs_them(case, waited_min, head_gpus, expect):
+    """Desk b's head (within its quota, 2 GPUs idle of 16) claims the flavor: a short job of desk
+    a may take an idle GPU unless the head reserved (30 min) and could not start while the
+    share (2 GPUs) lends all it may."""
+    head = Workload(
+        "head", "b", head_gpus, submitted=NOW - waited_min * 60, tenant="b", queued_at=NOW - waited_min * 60
+    )
     holders = [A_STALE, holder("b-run", "b", 6, ran_h=5, ckpt_ago_s=3600)]
     decision = decide(desks(), [head, job("s", "a", 1)], holders, capacity=16)
-    assert [a.job_id for a in decision.admit] == expect
+    assert [a.job_id for a in decision.admit] == expect, case

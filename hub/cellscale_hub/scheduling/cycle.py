@@ -219,12 +219,15 @@ class Run:
         )
 
     def unreserved(self, job: Workload, flavor: str) -> bool:
-        """No head of the job's tree that has waited long enough to reserve (`Service.reserves`)
-        claims the flavor: the share may take idle GPUs a younger head waits for (it delays it
-        by a bounded time), never those of one that reserved (a gang as large as the fleet
-        would otherwise wait for as long as short work keeps coming)."""
+        """The share may take idle GPUs a blocked head of the job's tree claims (it delays that
+        head by a bounded time), unless the head has reserved (`Service.reserves`) and could not
+        start while the share lends all it may: a gang that large would otherwise wait for as
+        long as short work keeps coming."""
         head = claimant(self.usage, self.cycle, job, flavor)
-        return head is None or not self.cycle.service.reserves(head)
+        if head is None or not self.cycle.service.reserves(head):
+            return True
+        room = self.usage.short_room.get((self.usage.root[job.cluster_queue], flavor), 0)
+        return head.gpus <= self.usage.capacity.get(flavor, Amounts())[0] - room
 
     def short_flavors(self, job: Workload, flavors: list[str]) -> list[str]:
         """The flavors whose short-work share has room for the job, if it may use one: it is at
