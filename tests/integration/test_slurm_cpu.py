@@ -117,10 +117,10 @@ def test_mirrored_cpu_quota_holds_back_a_raw_sbatch_over_it(cpu_plane, slurm_clu
     """desk-b's cores on both partitions together (8 + 8) become its account's GrpTRES cpu=16:
     jobs submitted around cellscale meet it in Slurm itself."""
     cpu_plane.controller.cycle()  # mirrors the tenancy into both partitions' accounts
-    assert _assoc(slurm_cluster, "desk-b") == ("cpu=16,gres/gpu=32", "500")
+    assert _assoc(slurm_cluster, "desk-b") == ("cpu=16,gres/gpu=35", "500")
     # desk-a: 64 + 8 borrowable on the GPU nodes, 40 + 8 on the cpu partition; no memory quota
     # on its GPU flavor, so no memory limit
-    assert _assoc(slurm_cluster, "desk-a") == ("cpu=120,gres/gpu=32", "500")
+    assert _assoc(slurm_cluster, "desk-a") == ("cpu=120,gres/gpu=35", "500")
 
     raw = ("-p", "cpu", "-A", "desk-b", "--time=5")
     holding = slurm_cluster.sbatch(*raw, "--cpus-per-task=8", "--wrap", "sleep 300", user="bob")
@@ -154,7 +154,7 @@ def test_the_demo_config_runs_a_cpu_cell_on_slurm_cpu(tmp_path, slurm_cluster, a
     # the desks' cores on both partitions (208) add up to more than dca's static nodes have (144),
     # but the cap is the whole cluster, the burst partition's 4 x 32 cloud cores included (272):
     # burst jobs are charged to the same accounts (the cap itself: tests/unit/test_slurm_driver.py)
-    assert _assoc(slurm_cluster, "desk-a") == ("cpu=208,gres/gpu=32", "500")
+    assert _assoc(slurm_cluster, "desk-a") == ("cpu=208,gres/gpu=35", "500")
     job = plane.submit(
         "alice",
         source=BACKTEST,
