@@ -263,7 +263,7 @@ def test_the_driver_against_dcb_estimates_and_scopes_account_limits_to_dcb(slurm
     try:
         dcb.apply_tenancy(SITES_TENANCY)
         after = grp_tres(slurm_cluster, "desk-b")
-        assert "gres/gpu=8" in after["dcb"], after
+        assert "gres/gpu=9" in after["dcb"], after  # 8 nominal (no borrowing) + 1 of the short-work share
         assert after["dca"] == before["dca"], (before, after)  # the other site's association is untouched
     finally:
         for desk in ("desk-a", "desk-b"):
