@@ -207,8 +207,8 @@ class Run:
     def on_short_share(self, job: Workload, flavors: list[str]) -> str | None:
         """The first flavor where the job may start on its tree's short-work share: it has
         received less service than the first level, its GPUs are physically idle there, and the
-        share lends fewer than its size allows (`Cohort.short_work_share`). A blocked head's claim
-        holds it back only once that head reserves (`unreserved`)."""
+        share lends fewer than its size allows (`Cohort.short_work_share`), and no blocked head
+        that reserved needs those GPUs (`unreserved`)."""
         return next(
             (
                 f
@@ -258,7 +258,7 @@ class Run:
             )
         if job.job_id in cycle.promised:
             return
-        room = self.short_flavors(job, usable)
+        room = [f for f in self.short_flavors(job, usable) if self.unreserved(job, f)]
         for victim in make_short_room(snap, usage, job, room, cycle) if room else ():
             decision.preempt.append(
                 Preemption(victim.job_id, job.job_id, short_victim_reason(victim, job, cycle.service))
