@@ -51,7 +51,7 @@ def make_short_room(snap: Snapshot, usage: Usage, job: Workload, flavors: list[s
         chosen = _fewest_idle(usage, job, flavor, leaving + candidates, len(leaving))
         if chosen:
             _promise(cycle, job, chosen)
-            return [v for v in chosen if v.job_id not in cycle.leaving and not v.preempting]
+            return [v for v in chosen if not v.preempting]  # those already leaving are only promised
     return []
 
 
