@@ -26,6 +26,7 @@ Slurm's own placement is to either policy; `slurm_vs_cellscale.py` runs real Slu
 from __future__ import annotations
 
 import argparse
+import heapq
 import math
 import sys
 import time
@@ -87,8 +88,7 @@ class NodeSim(Sim):
                 if holder is not None:  # the reference keeps no Holder
                     self.holders[i] = replace(holder, started=t)
                     self.engine.hold(self.holders[i])
-                    self.marks.append((t + self.checkpoint, i, self.gen[i]))
-                    self.marks.sort()
+                    heapq.heappush(self.marks, (t + self.checkpoint, i, self.gen[i]))
 
     def _release(self, i: int, t: float) -> None:
         for node, taken in self.on_nodes.pop(i, ()):
